@@ -1,0 +1,1 @@
+"""The SQLite store: schema, writes, views and queries."""

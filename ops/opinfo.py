@@ -1,0 +1,130 @@
+"""The OpInfo source: PyTorch's own declarative op database as our catalogue.
+
+`torch.testing._internal.common_methods_invocations.op_db` is an internal API
+that shifts between torch versions, so everything read from it goes through
+`getattr` with a default, and a missing piece degrades one op, not the run.
+"""
+import fnmatch
+import difflib
+import itertools
+import zlib
+
+import torch
+
+
+class CatalogueError(Exception):
+    """The op catalogue cannot be read, or a filter names nothing in it."""
+
+
+# Ops whose values are random or uninitialised: only shape, dtype and device
+# of their outputs can be compared.
+NONDETERMINISTIC_PATTERNS = (
+    "empty*", "new_empty*", "*empty_like", "empty_strided", "empty_permuted",
+    "rand*", "normal*", "bernoulli*", "multinomial", "uniform", "exponential",
+    "geometric", "cauchy", "log_normal", "*dropout*", "nn.functional.rrelu",
+    "randint*", "randn*", "*random*",
+)
+
+
+def load_op_db():
+    """PyTorch's OpInfo list, or a CatalogueError saying why it cannot be read."""
+    try:
+        from torch.testing._internal.common_methods_invocations import op_db
+    except ModuleNotFoundError as e:
+        raise CatalogueError(
+            f"PyTorch's OpInfo database needs the '{e.name}' package: pip install {e.name}"
+        ) from None
+    except Exception as e:  # an internal API: any shape of failure is possible
+        raise CatalogueError(
+            f"cannot read PyTorch's OpInfo database in torch {torch.__version__}: "
+            f"{type(e).__name__}: {e}") from None
+    return list(op_db)
+
+
+def op_key(opinfo):
+    """The op's id: its OpInfo name, plus ".variant" for variant entries."""
+    variant = getattr(opinfo, "variant_test_name", "") or ""
+    return f"{opinfo.name}.{variant}" if variant else opinfo.name
+
+
+def dtype_name(dtype):
+    return str(dtype).replace("torch.", "")
+
+
+def parse_dtype(name):
+    dtype = getattr(torch, name, None)
+    if not isinstance(dtype, torch.dtype):
+        raise CatalogueError(f"unknown dtype: {name!r}")
+    return dtype
+
+
+def is_nondeterministic(key):
+    return any(fnmatch.fnmatchcase(key, p) for p in NONDETERMINISTIC_PATTERNS)
+
+
+def reference_dtypes(opinfo):
+    """Every dtype the op supports on the CPU: what we try on the target.
+
+    Deliberately not what the op declares for the target: learning that is the point.
+    """
+    try:
+        return sorted(opinfo.supported_dtypes("cpu"), key=dtype_name)
+    except Exception:
+        return sorted(getattr(opinfo, "dtypes", ()) or (), key=dtype_name)
+
+
+def _match(patterns, opinfos):
+    if not patterns:
+        return opinfos
+    keys = {op_key(o) for o in opinfos} | {o.name for o in opinfos}
+    unknown = [p for p in patterns if not fnmatch.filter(keys, p)]
+    if unknown:
+        hint = difflib.get_close_matches(unknown[0], sorted(keys), n=3)
+        more = f" (did you mean {', '.join(hint)}?)" if hint else ""
+        raise CatalogueError(f"unknown op: {unknown[0]!r}{more}")
+    return [o for o in opinfos
+            if any(fnmatch.fnmatchcase(op_key(o), p) or fnmatch.fnmatchcase(o.name, p)
+                   for p in patterns)]
+
+
+def list_pairs(ops=None, dtypes=None, opinfos=None):
+    """The (op, dtype) pairs to probe, as plain dicts, in a stable order.
+
+    `ops`: names or globs matched against op ids and OpInfo names;
+    `dtypes`: dtype names; None means every dtype the op supports on the CPU.
+    """
+    opinfos = load_op_db() if opinfos is None else opinfos
+    wanted = {dtype_name(parse_dtype(d)) for d in dtypes} if dtypes else None
+    pairs = []
+    for o in _match(list(ops or ()), opinfos):
+        key = op_key(o)
+        for dtype in reference_dtypes(o):
+            name = dtype_name(dtype)
+            if wanted is None or name in wanted:
+                pairs.append({
+                    "op": key, "name": o.name,
+                    "variant": getattr(o, "variant_test_name", "") or "",
+                    "aten_name": getattr(o, "aten_name", None) or o.name,
+                    "dtype": name,
+                })
+    pairs.sort(key=lambda p: (p["op"], p["dtype"]))
+    return pairs
+
+
+def pair_seed(op, dtype):
+    """A seed fixed by the pair alone, so samples match across runs and shards."""
+    return zlib.crc32(f"{op}|{dtype}".encode())
+
+
+def samples(opinfo, dtype, cap):
+    """The first `cap` sample inputs of the op for `dtype`, on the CPU, seeded."""
+    torch.manual_seed(pair_seed(op_key(opinfo), dtype_name(dtype)))
+    generated = opinfo.sample_inputs("cpu", dtype, requires_grad=False)
+    return list(itertools.islice(generated, cap))
+
+
+def find(opinfos, key):
+    for o in opinfos:
+        if op_key(o) == key:
+            return o
+    raise CatalogueError(f"unknown op: {key!r}")

@@ -1,0 +1,77 @@
+"""Sample inputs: summarising them, moving them to a device, upcasting them."""
+import torch
+from torch.utils._pytree import tree_map
+
+_SHORT = {
+    "float32": "f32", "float64": "f64", "float16": "f16", "bfloat16": "bf16",
+    "complex64": "c64", "complex128": "c128", "complex32": "c32", "bool": "b8",
+    "int64": "i64", "int32": "i32", "int16": "i16", "int8": "i8", "uint8": "u8",
+}
+
+
+def _describe(x):
+    if isinstance(x, torch.Tensor):
+        dtype = str(x.dtype).replace("torch.", "")
+        text = f"{_SHORT.get(dtype, dtype)}[{','.join(map(str, x.shape))}]"
+        if x.layout != torch.strided:
+            text += f"({str(x.layout).replace('torch.', '')})"
+        elif x.numel() > 1 and not x.is_contiguous():
+            text += "(noncontig)"
+        if x.requires_grad:
+            text += "(grad)"
+        return text
+    if isinstance(x, (list, tuple)):
+        inner = ", ".join(_describe(v) for v in x[:6]) + (", …" if len(x) > 6 else "")
+        return f"[{inner}]" if isinstance(x, list) else f"({inner})"
+    if isinstance(x, torch.dtype):
+        return str(x).replace("torch.", "")
+    text = repr(x)
+    return text if len(text) <= 40 else text[:37] + "…"
+
+
+def summarize(sample, limit=300):
+    """A one-line, human-readable account of a SampleInput."""
+    parts = [_describe(sample.input)]
+    parts += [_describe(a) for a in sample.args]
+    parts += [f"{k}={_describe(v)}" for k, v in sample.kwargs.items()]
+    text = ", ".join(parts)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _move_tensor(t, device):
+    """Copy `t` to `device`, keeping its strides and requires_grad where possible."""
+    if t.layout == torch.strided and not t.is_contiguous():
+        try:
+            moved = torch.empty_strided(t.size(), t.stride(), dtype=t.dtype, device=device)
+            moved.copy_(t.detach())
+        except RuntimeError:  # overlapping (expanded) strides cannot be written into
+            moved = t.detach().to(device)
+    else:
+        moved = t.detach().to(device)
+    return moved.requires_grad_() if t.requires_grad else moved
+
+
+def to_device(args, device):
+    """`args` (any pytree) with every tensor copied to `device`."""
+    return tree_map(lambda x: _move_tensor(x, device) if isinstance(x, torch.Tensor) else x, args)
+
+
+def upcast(args, dtype):
+    """`args` with tensors of `dtype` raised to float64/complex128: the "truth" inputs."""
+    if dtype.is_complex:
+        wide = torch.complex128
+    elif dtype.is_floating_point:
+        wide = torch.float64
+    else:
+        return args
+
+    def up(x):
+        if isinstance(x, torch.Tensor) and x.dtype == dtype:
+            return x.detach().to(wide).requires_grad_(x.requires_grad)
+        return x
+    return tree_map(up, args)
+
+
+def call_args(sample):
+    """The sample as (input, args, kwargs): one pytree to move or upcast at once."""
+    return (sample.input, tuple(sample.args), dict(sample.kwargs))

@@ -1,0 +1,1 @@
+"""One module per `mpsprobe` subcommand: option parsing and output only."""

@@ -1,0 +1,236 @@
+"""The parent side of isolation: a pool of worker processes, timeouts and crashes.
+
+A pair (op, dtype) is the unit handed to a worker; the worker announces each
+case before running it, so when a worker dies or overruns, the case in flight
+is recorded as `crash` or `timeout`, the worker is replaced, and the rest of
+the pair is handed out again. No case can cost more than itself.
+"""
+import collections
+import json
+import os
+import selectors
+import signal
+import subprocess
+import tempfile
+import time
+
+from .launch import worker_command
+
+STARTUP_BUDGET_S = 180.0  # importing torch and the OpInfo database, on a slow machine
+
+
+class WorkerError(Exception):
+    """A worker could not start, or refused a request (device, catalogue, …)."""
+
+
+class _Worker:
+    def __init__(self, command, env):
+        self.log = tempfile.TemporaryFile()
+        self.proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=self.log, env=env)
+        self.buffer = b""
+        self.task = None       # the pair being run
+        self.index = None      # the case in flight (after "begin", before "result")
+        self.sample = None
+        self.deadline = None
+
+    def send(self, message):
+        self.proc.stdin.write((json.dumps(message) + "\n").encode())
+        self.proc.stdin.flush()
+
+    def messages(self, data):
+        self.buffer += data
+        *lines, self.buffer = self.buffer.split(b"\n")
+        for line in lines:
+            if line.strip():
+                yield json.loads(line)
+
+    def stderr_tail(self, limit=400):
+        self.log.seek(0, os.SEEK_END)
+        size = self.log.tell()
+        self.log.seek(max(0, size - 4096))
+        lines = [x for x in self.log.read().decode(errors="replace").splitlines() if x.strip()]
+        return lines[-1][:limit] if lines else ""
+
+    def kill(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        for stream in (self.proc.stdin, self.proc.stdout):
+            try:
+                stream.close()
+            except OSError:
+                pass
+        self.log.close()
+
+
+def _death(returncode):
+    """(signal number or None, text) for a worker's exit status."""
+    if returncode is not None and returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = f"signal {-returncode}"
+        return -returncode, f"worker killed by {name}"
+    return None, f"worker exited with status {returncode}"
+
+
+class Pool:
+    """Runs pairs on `size` workers; reports through callbacks.
+
+    on_case(pair, index, sample_summary, result) for every case,
+    on_pair(pair, n_cases) once a pair is complete.
+    """
+
+    def __init__(self, config, size=1, timeout=60.0, python=None, env=None):
+        self.config = config
+        self.size = max(1, size)
+        self.timeout = timeout
+        self.command = worker_command(config, python)
+        self.env = dict(os.environ if env is None else env)
+        self.selector = selectors.DefaultSelector()
+        self.workers = []
+
+    # -- lifecycle ---------------------------------------------------------
+    def _spawn(self):
+        try:
+            worker = _Worker(self.command, self.env)
+        except OSError as e:
+            raise WorkerError(f"cannot start a worker with {self.command[0]}: {e}") from None
+        self.selector.register(worker.proc.stdout, selectors.EVENT_READ, worker)
+        self.workers.append(worker)
+        return worker
+
+    def _retire(self, worker):
+        try:
+            self.selector.unregister(worker.proc.stdout)
+        except (KeyError, ValueError):
+            pass
+        worker.kill()
+        self.workers.remove(worker)
+
+    def close(self):
+        for worker in list(self.workers):
+            self._retire(worker)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # -- one synchronous request (describe, plan) ---------------------------
+    def request(self, message, budget=STARTUP_BUDGET_S):
+        worker = self.workers[0] if self.workers else self._spawn()
+        worker.send(message)
+        deadline = time.monotonic() + budget
+        while time.monotonic() < deadline:
+            data = self._read(worker, deadline - time.monotonic())
+            if data is None:
+                continue
+            if data == b"":
+                _, text = _death(worker.proc.wait())
+                tail = worker.stderr_tail()
+                self._retire(worker)
+                raise WorkerError(f"the worker died ({text}){': ' + tail if tail else ''}")
+            for reply in worker.messages(data):
+                if reply["type"] == "fatal":
+                    raise WorkerError(reply["message"])
+                return reply
+        self._retire(worker)
+        raise WorkerError(f"the worker did not answer {message['cmd']!r} within {budget:.0f} s")
+
+    def _read(self, worker, wait):
+        ready = select_one(worker.proc.stdout, max(0.0, wait))
+        return os.read(worker.proc.stdout.fileno(), 1 << 16) if ready else None
+
+    # -- the sweep ------------------------------------------------------------
+    def run(self, pairs, on_case, on_pair, should_stop=lambda: False):
+        """Run every pair ({"op", "dtype", "skip": [...]}) to completion."""
+        queue = collections.deque(dict(p, skip=list(p.get("skip", ())), attempts=0) for p in pairs)
+        while queue or any(w.task for w in self.workers):
+            if should_stop():
+                return
+            while queue and (len(self.workers) < self.size or any(w.task is None for w in self.workers)):
+                idle = next((w for w in self.workers if w.task is None), None) or self._spawn()
+                self._assign(idle, queue.popleft())
+            for key, _ in self.selector.select(timeout=0.2):
+                worker = key.data
+                try:
+                    data = os.read(worker.proc.stdout.fileno(), 1 << 16)
+                except OSError:
+                    data = b""
+                if data == b"":
+                    self._lost(worker, queue, on_case, on_pair, timed_out=False)
+                    continue
+                for message in worker.messages(data):
+                    self._handle(worker, message, on_case, on_pair)
+            now = time.monotonic()
+            for worker in [w for w in self.workers if w.task and w.deadline < now]:
+                self._lost(worker, queue, on_case, on_pair, timed_out=True)
+
+    def _assign(self, worker, pair):
+        worker.task = pair
+        worker.index = worker.sample = None
+        worker.deadline = time.monotonic() + max(self.timeout, STARTUP_BUDGET_S)
+        worker.send({"cmd": "pair", "op": pair["op"], "dtype": pair["dtype"], "skip": pair["skip"]})
+
+    def _handle(self, worker, message, on_case, on_pair):
+        kind = message.pop("type")
+        pair = worker.task
+        worker.deadline = time.monotonic() + self.timeout
+        if kind == "begin":
+            worker.index, worker.sample = message["index"], message["sample"]
+        elif kind == "result":
+            index = message.pop("index")
+            pair["skip"].append(index)
+            on_case(pair, index, worker.sample, message)
+            worker.index = worker.sample = None
+        elif kind == "pair_done":
+            on_pair(pair, message["n_cases"])
+            worker.task = None
+        elif kind == "fatal":  # the worker could not run this pair at all
+            index = len(pair["skip"]) and max(pair["skip"]) + 1
+            on_case(pair, index, "(not run)", {
+                "status": "error", "check_kind": "none",
+                "reason": "mpsprobe could not run this pair",
+                "error_type": message.get("error_type"), "message": message["message"]})
+            on_pair(pair, index + 1)
+            worker.task = None
+
+    def _lost(self, worker, queue, on_case, on_pair, timed_out):
+        """A worker died or overran: charge the case in flight, requeue the rest."""
+        pair, index, sample = worker.task, worker.index, worker.sample
+        if timed_out:
+            worker.kill()
+        signum, text = _death(worker.proc.wait())
+        tail = worker.stderr_tail()
+        self._retire(worker)
+        if pair is None:
+            return
+        if index is None:
+            # Died between cases (sample generation, say): retry once, then charge the pair.
+            pair["attempts"] += 1
+            if pair["attempts"] < 2:
+                queue.appendleft(pair)
+                return
+            index = max(pair["skip"]) + 1 if pair["skip"] else 0
+            sample = "(between cases)"
+        if timed_out:
+            result = {"status": "timeout", "check_kind": "none",
+                      "reason": f"no result within {self.timeout:g} s; worker killed"}
+        else:
+            result = {"status": "crash", "check_kind": "none", "signal": signum,
+                      "reason": text, "message": tail or None}
+        pair["skip"].append(index)
+        on_case(pair, index, sample, result)
+        if worker.index is None and pair["attempts"] >= 2:
+            on_pair(pair, index + 1)
+        else:
+            queue.appendleft(pair)
+
+
+def select_one(stream, timeout):
+    with selectors.DefaultSelector() as sel:
+        sel.register(stream, selectors.EVENT_READ)
+        return bool(sel.select(timeout))

@@ -1,0 +1,121 @@
+"""The worker: a subprocess that runs cases and reports them as JSON lines.
+
+It talks over the file descriptor that started as its stdout; fd 1 itself is
+pointed at stderr, so whatever an op prints cannot corrupt the protocol.
+A crash or hang here costs the parent one case: it reads "begin" before each
+case, so it always knows which case was running.
+
+Requests (stdin, one JSON object a line):
+  {"cmd": "describe"}                      -> {"type": "describe", "env": {...}}
+  {"cmd": "plan", "ops": [...], "dtypes": [...]} -> {"type": "plan", "pairs": [...]}
+  {"cmd": "pair", "op": ..., "dtype": ..., "skip": [...]}
+      -> {"type": "begin", "index": i, "sample": "..."} and {"type": "result", "index": i, ...}
+         for each sample, then {"type": "pair_done", "n_cases": n}
+Any request can instead answer {"type": "fatal", "message": "..."}.
+"""
+import json
+import os
+import sys
+import threading
+import time
+
+
+def _watch_parent():
+    """Exit when the parent dies, so a killed sweep leaves no workers behind."""
+    parent = os.getppid()
+    while True:
+        time.sleep(0.5)
+        if os.getppid() != parent:
+            os._exit(0)
+
+
+class Worker:
+    def __init__(self, config, send):
+        import torch
+        from . import devices
+        self.torch = torch
+        self.config = config
+        self.send = send
+        # TORCH_WARN_ONCE (the MPS fallback warning) fires every time only with this.
+        torch.set_warn_always(True)
+        threads = config.get("threads")
+        if threads:
+            torch.set_num_threads(threads)
+        self.target = devices.resolve(config.get("device", "auto"), config.get("backend"))
+        self._opinfos = None
+
+    @property
+    def opinfos(self):
+        if self._opinfos is None:
+            from mpsprobe.ops import opinfo
+            self._opinfos = opinfo.load_op_db()
+        return self._opinfos
+
+    def describe(self, request):
+        from . import environment
+        self.send({"type": "describe", "env": environment.describe(self.target)})
+
+    def plan(self, request):
+        from mpsprobe.ops import opinfo
+        pairs = opinfo.list_pairs(request.get("ops"), request.get("dtypes"), self.opinfos)
+        self.send({"type": "plan", "pairs": pairs})
+
+    def pair(self, request):
+        from mpsprobe.ops import opinfo, samples as sample_tools
+        from .execute import run_case
+        op = opinfo.find(self.opinfos, request["op"])
+        dtype = opinfo.parse_dtype(request["dtype"])
+        skip = set(request.get("skip") or ())
+        nondeterministic = opinfo.is_nondeterministic(request["op"])
+        try:
+            cases = opinfo.samples(op, dtype, self.config.get("samples", 3))
+        except Exception as e:
+            self.send({"type": "begin", "index": 0, "sample": "(sample generation failed)"})
+            self.send({"type": "result", "index": 0, "status": "skip", "check_kind": "none",
+                       "reason": "OpInfo could not generate samples for this dtype",
+                       "error_type": type(e).__name__, "message": str(e).splitlines()[0][:500]
+                       if str(e) else ""})
+            self.send({"type": "pair_done", "n_cases": 1})
+            return
+        for index, sample in enumerate(cases):
+            if index in skip:
+                continue
+            self.send({"type": "begin", "index": index, "sample": sample_tools.summarize(sample)})
+            try:
+                result = run_case(op.op, dtype, sample, self.target,
+                                  nondeterministic=nondeterministic,
+                                  timing=self.config.get("timing", True))
+            except Exception as e:  # a fault of the probe's, reported as such
+                result = {"status": "error", "check_kind": "none",
+                          "reason": "mpsprobe could not judge this case",
+                          "error_type": type(e).__name__, "message": str(e)[:500]}
+            self.send({"type": "result", "index": index, **result})
+        self.send({"type": "pair_done", "n_cases": len(cases)})
+
+
+def main(config_json):
+    protocol = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+
+    def send(message):
+        protocol.write(json.dumps(message) + "\n")
+        protocol.flush()
+
+    threading.Thread(target=_watch_parent, daemon=True).start()
+    try:
+        worker = Worker(json.loads(config_json), send)
+    except Exception as e:
+        send({"type": "fatal", "message": str(e) or type(e).__name__})
+        return
+    for line in sys.stdin:
+        request = json.loads(line)
+        try:
+            getattr(worker, request["cmd"])(request)
+        except Exception as e:
+            send({"type": "fatal", "message": str(e) or type(e).__name__,
+                  "error_type": type(e).__name__})
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

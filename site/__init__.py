@@ -1,0 +1,1 @@
+"""The Datasette face of an mpsprobe database."""
