@@ -45,9 +45,10 @@ def _move_tensor(t, device):
             moved = torch.empty_strided(t.size(), t.stride(), dtype=t.dtype, device=device)
             moved.copy_(t.detach())
         except RuntimeError:  # overlapping (expanded) strides cannot be written into
-            moved = t.detach().to(device)
+            moved = t.detach().to(device, copy=True)
     else:
-        moved = t.detach().to(device)
+        # Always a copy: the target must never share storage with the reference.
+        moved = t.detach().to(device, copy=True)
     return moved.requires_grad_() if t.requires_grad else moved
 
 

@@ -25,7 +25,16 @@ def run_case(op, dtype, sample, target, nondeterministic=False, timing=True):
     started = time.perf_counter()
     cpu_args = sample_tools.call_args(sample)
     # Every copy is made before any call, in case an op writes into its inputs.
-    target_args = sample_tools.to_device(cpu_args, target.torch_device)
+    # Moving to the target happens under the target's rules: MPS refuses float64 there.
+    try:
+        with target.context():
+            target_args = sample_tools.to_device(cpu_args, target.torch_device)
+    except Exception as e:
+        status, aten_op, reason = classify.classify_error(e)
+        return _result(status, f"inputs cannot be moved to the target: {reason}",
+                       error_type=type(e).__name__, message=classify.first_line(e),
+                       aten_op=aten_op, check_kind="none",
+                       duration_s=time.perf_counter() - started)
     truth_args = None if nondeterministic else sample_tools.upcast(cpu_args, dtype)
     if truth_args is cpu_args:
         truth_args = None

@@ -52,16 +52,19 @@ class _Worker:
         lines = [x for x in self.log.read().decode(errors="replace").splitlines() if x.strip()]
         return lines[-1][:limit] if lines else ""
 
-    def kill(self):
+    def stop(self):
+        """Kill the process (if still alive) and reap it; returns its exit status."""
         if self.proc.poll() is None:
             self.proc.kill()
-        self.proc.wait()
-        for stream in (self.proc.stdin, self.proc.stdout):
+        return self.proc.wait()
+
+    def close(self):
+        self.stop()
+        for stream in (self.proc.stdin, self.proc.stdout, self.log):
             try:
                 stream.close()
             except OSError:
                 pass
-        self.log.close()
 
 
 def _death(returncode):
@@ -106,7 +109,7 @@ class Pool:
             self.selector.unregister(worker.proc.stdout)
         except (KeyError, ValueError):
             pass
-        worker.kill()
+        worker.close()
         self.workers.remove(worker)
 
     def close(self):
@@ -129,7 +132,7 @@ class Pool:
             if data is None:
                 continue
             if data == b"":
-                _, text = _death(worker.proc.wait())
+                _, text = _death(worker.stop())
                 tail = worker.stderr_tail()
                 self._retire(worker)
                 raise WorkerError(f"the worker died ({text}){': ' + tail if tail else ''}")
@@ -201,9 +204,7 @@ class Pool:
     def _lost(self, worker, queue, on_case, on_pair, timed_out):
         """A worker died or overran: charge the case in flight, requeue the rest."""
         pair, index, sample = worker.task, worker.index, worker.sample
-        if timed_out:
-            worker.kill()
-        signum, text = _death(worker.proc.wait())
+        signum, text = _death(worker.stop())
         tail = worker.stderr_tail()
         self._retire(worker)
         if pair is None:
