@@ -25,6 +25,10 @@ NONDETERMINISTIC_PATTERNS = (
     "randint*", "randn*", "*random*",
 )
 
+# OpInfos that cannot be judged against a CPU reference: jiterator ops compile
+# CUDA source at run time and exist on no other device.
+EXCLUDED_PATTERNS = ("jiterator_*",)
+
 
 def load_op_db():
     """PyTorch's OpInfo list, or a CatalogueError saying why it cannot be read."""
@@ -38,7 +42,8 @@ def load_op_db():
         raise CatalogueError(
             f"cannot read PyTorch's OpInfo database in torch {torch.__version__}: "
             f"{type(e).__name__}: {e}") from None
-    return list(op_db)
+    return [o for o in op_db
+            if not any(fnmatch.fnmatchcase(o.name, p) for p in EXCLUDED_PATTERNS)]
 
 
 def op_key(opinfo):

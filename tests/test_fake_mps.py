@@ -1,0 +1,110 @@
+"""The whole pipeline over the fake MPS backend: each failure mode, classified."""
+import json
+import warnings
+
+import pytest
+import torch
+
+from conftest import FAKE_MPS, rows, run_cli
+
+import fake_mps
+
+
+def statuses(db, op, dtype):
+    return [r["status"] for r in rows(
+        db, "SELECT status FROM results WHERE op_id = ? AND dtype = ? ORDER BY case_id", (op, dtype))]
+
+
+def test_not_implemented_is_unsupported_with_the_aten_op(fake_mps_db):
+    for r in rows(fake_mps_db, "SELECT * FROM results WHERE op_id = 'histc' AND dtype != 'float64'"):
+        assert r["status"] == "unsupported"
+        assert r["aten_op"] == "aten::histc"
+        assert r["error_type"] == "NotImplementedError"
+        assert r["message"].startswith(
+            "The operator 'aten::histc' is not currently implemented for the MPS device.")
+
+
+def test_fallback_is_seen_on_every_case_despite_warn_once(fake_mps_db):
+    found = rows(fake_mps_db, "SELECT * FROM results WHERE op_id = 'bitwise_and'")
+    assert len(found) >= 2  # several cases in one worker: TORCH_WARN_ONCE must not hide any
+    for r in found:
+        assert r["status"] == "fallback"
+        assert json.loads(r["fallback_ops"]) == ["aten::bitwise_and.Tensor"]
+
+
+def test_wrong_numbers_in_one_dtype_only(fake_mps_db):
+    half = rows(fake_mps_db, "SELECT r.*, c.sample FROM results r JOIN cases c ON c.id = r.case_id "
+                             "WHERE r.op_id = 'exp' AND r.dtype = 'float16'")
+    with_values = [r for r in half if ",0" not in r["sample"] and "[0" not in r["sample"]]
+    assert with_values and all(r["status"] == "mismatch" for r in with_values)
+    assert all(r["max_abs_err"] > 0.1 and r["tol_atol"] == 1e-3 for r in with_values)
+    assert set(statuses(fake_mps_db, "exp", "float32")) == {"pass"}
+
+
+def test_float64_is_refused_like_mps(fake_mps_db):
+    r = rows(fake_mps_db, "SELECT * FROM results WHERE op_id = 'add' AND dtype = 'float64'")[0]
+    assert r["status"] == "unsupported"
+    assert "doesn't support float64" in r["message"]
+
+
+def test_abort_costs_one_case_and_the_run_goes_on(fake_mps_db):
+    crashed = rows(fake_mps_db, "SELECT * FROM results WHERE op_id = 'erfinv' AND dtype = 'float32'")
+    assert crashed and all(r["status"] == "crash" and r["signal"] == 6 for r in crashed)
+    assert set(statuses(fake_mps_db, "add", "float32")) == {"pass"}
+
+
+def test_hang_costs_one_case(fake_mps_db):
+    hung = rows(fake_mps_db, "SELECT * FROM results WHERE op_id = 'lgamma' AND dtype = 'float32'")
+    assert hung and all(r["status"] == "timeout" for r in hung)
+    run = rows(fake_mps_db, "SELECT * FROM runs")[0]
+    assert run["state"] == "complete" and run["device"] == "fake-mps"
+    assert run["backend"].endswith("fake_mps.py")
+
+
+def test_every_status_rolls_up_per_op_and_dtype(fake_mps_db):
+    rolled = {(r["op_id"], r["dtype"]): r["status"]
+              for r in rows(fake_mps_db, "SELECT * FROM op_dtype_status")}
+    assert rolled[("histc", "float32")] == "unsupported"
+    assert rolled[("bitwise_and", "int32")] == "fallback"
+    assert rolled[("exp", "float16")] == "mismatch"
+    assert rolled[("erfinv", "float32")] == "crash"
+    assert rolled[("lgamma", "float32")] == "timeout"
+    assert rolled[("empty_like", "float32")] == "skip"
+    assert rolled[("add", "int32")] == "pass"
+
+
+def test_mps_fallback_env_turns_unimplemented_into_fallback(tmp_path):
+    db = tmp_path / "fb.db"
+    result = run_cli("run", "--db", db, "--backend", FAKE_MPS, "--ops", "histc",
+                     "--dtypes", "float32", "--samples", 2, "--mps-fallback", "--no-timing")
+    assert result.exit_code == 0, result.output
+    found = rows(db, "SELECT * FROM results")
+    assert found and all(r["status"] == "fallback" for r in found)
+    assert all(json.loads(r["fallback_ops"]) == ["aten::histc"] for r in found)
+
+
+def test_the_fake_warns_once_per_process_like_torch_warn_once():
+    """Why the probe turns on warn-always: without it, the second fallback is silent."""
+    mode_config = dict(fake_mps.DEFAULTS, fallback=["aten::bitwise_and.Tensor"])
+    a = torch.tensor([1, 2, 3])
+    previous = torch.is_warn_always_enabled()
+    fake_mps._warned_once = False
+    try:
+        torch.set_warn_always(False)
+        seen = []
+        for _ in range(2):
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                with fake_mps.FakeMPSMode(mode_config):
+                    torch.bitwise_and(a, a)
+            seen.append(len(caught))
+        assert seen == [1, 0]
+        torch.set_warn_always(True)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            with fake_mps.FakeMPSMode(mode_config):
+                torch.bitwise_and(a, a)
+        assert len(caught) == 1
+        assert str(caught[0].message) == fake_mps.FALLBACK_WARNING.format(op="aten::bitwise_and.Tensor")
+    finally:
+        torch.set_warn_always(previous)
