@@ -12,7 +12,7 @@ import sqlite_utils
 from .status import STATUSES
 
 APP = "mpsprobe"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 
 class DatabaseError(Exception):
@@ -116,8 +116,15 @@ SELECT run_id, count(*) AS n_cases, {_status_counts_sql()}
 FROM results GROUP BY run_id""")
 
 
+def _migrate_2(db):
+    from . import history
+    history.migrate_2(db)
+
+
 # Ordered: MIGRATIONS[i] takes a database from version i to version i + 1.
-MIGRATIONS = [_migrate_1]
+# A step runs inside the migration's transaction: it must not commit (no
+# `with db.conn:`); nested sqlite-utils calls use savepoints, which is fine.
+MIGRATIONS = [_migrate_1, _migrate_2]
 
 
 def _schema_version(db):
@@ -191,8 +198,8 @@ def open_db(path, create=True, readonly=False):
             raise DatabaseError(f"{path} is empty, not an mpsprobe database")
         if version < SCHEMA_VERSION:
             raise DatabaseError(
-                f"{path} has schema version {version}; open it once with a writing command "
-                f"(`mpsprobe run`) to bring it to {SCHEMA_VERSION}")
+                f"{path} has schema version {version}; bring it to {SCHEMA_VERSION} with "
+                f"`mpsprobe migrate {path}`")
         conn = sqlite3.connect(f"file:{os.path.abspath(path)}?mode=ro", uri=True)
         return sqlite_utils.Database(conn)
     if exists and not os.access(path, os.W_OK):
@@ -205,14 +212,52 @@ def open_db(path, create=True, readonly=False):
 
 
 def _migrate(db, version):
+    """Bring `db` from `version` to SCHEMA_VERSION in ONE transaction, DDL included.
+
+    Python's sqlite3 commits before DDL in its default mode, so the connection
+    is switched to manual control (isolation_level None) and the whole
+    migration runs between BEGIN IMMEDIATE and COMMIT: a failure at any step
+    rolls everything back and leaves the file as it was.
+    """
     if version == SCHEMA_VERSION:
         return
-    with db.conn:  # all migrations, and the version bump, in one transaction
-        if version == 0:
-            db.execute("CREATE TABLE mpsprobe_meta (key TEXT PRIMARY KEY, value TEXT)")
-            db.execute("INSERT INTO mpsprobe_meta VALUES ('app', ?)", [APP])
-            db.execute("INSERT INTO mpsprobe_meta VALUES ('schema_version', '0')")
-        for step in MIGRATIONS[version:SCHEMA_VERSION]:
-            step(db)
-        db.execute("UPDATE mpsprobe_meta SET value = ? WHERE key = 'schema_version'",
-                   [str(SCHEMA_VERSION)])
+    conn = db.conn
+    previous = conn.isolation_level
+    conn.isolation_level = None
+    try:
+        # IMMEDIATE takes the write lock now, so two processes opening the same
+        # old database cannot both migrate it; the loser re-reads the version.
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            current = _schema_version(db)
+            if current is None:
+                db.execute("CREATE TABLE mpsprobe_meta (key TEXT PRIMARY KEY, value TEXT)")
+                db.execute("INSERT INTO mpsprobe_meta VALUES ('app', ?)", [APP])
+                db.execute("INSERT INTO mpsprobe_meta VALUES ('schema_version', '0')")
+                current = 0
+            if current > SCHEMA_VERSION:
+                raise DatabaseError(f"schema version {current} is newer than this mpsprobe "
+                                    f"reads ({SCHEMA_VERSION}): upgrade mpsprobe")
+            for number, step in enumerate(MIGRATIONS[current:SCHEMA_VERSION], current + 1):
+                step(db)
+                if not conn.in_transaction:
+                    raise RuntimeError(f"schema migration {number} committed on its own; "
+                                       "migration steps must not commit")
+            db.execute("UPDATE mpsprobe_meta SET value = ? WHERE key = 'schema_version'",
+                       [str(SCHEMA_VERSION)])
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+    finally:
+        conn.isolation_level = previous
+
+
+def migrate(path):
+    """Bring the database at `path` up to date; returns (version before, version now)."""
+    before = inspect(path)
+    if before is None:
+        raise DatabaseError(f"{path} does not exist or is empty: nothing to migrate")
+    open_db(path).conn.close()
+    return before, SCHEMA_VERSION

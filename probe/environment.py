@@ -1,102 +1,187 @@
 """Where a run was measured: torch, Python, OS, machine, chip, device.
 
-Runs inside the worker's interpreter, so it describes the torch actually probed.
+`describe()` runs inside the worker's interpreter, so it describes the torch
+actually probed. It must work on every torch from 2.1 on: anything a version
+or a machine lacks is recorded as null, never an error.
+
+Every fact comes from a command or a file through `_command` / `_read`, so the
+parsing is tested with recorded outputs of machines this code never runs on.
 """
+import json
 import os
 import platform
+import re
 import socket
 import subprocess
 import sys
 
-import torch
-
 
 def _command(*args):
+    """The stripped stdout of a command, or None if it is missing or fails."""
     try:
-        out = subprocess.run(args, capture_output=True, text=True, timeout=5)
+        out = subprocess.run(args, capture_output=True, text=True, timeout=10)
     except (OSError, subprocess.SubprocessError):
         return None
-    return out.stdout.strip() or None if out.returncode == 0 else None
+    return (out.stdout.strip() or None) if out.returncode == 0 else None
 
 
-def _memory_bytes():
-    if sys.platform == "darwin":
-        value = _command("sysctl", "-n", "hw.memsize")
-        return int(value) if value and value.isdigit() else None
+def _read(path):
     try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
+        with open(path) as f:
+            return f.read()
+    except OSError:
         return None
 
 
-def _linux_os():
-    try:
-        info = platform.freedesktop_os_release()
-        return info.get("PRETTY_NAME") or info.get("NAME"), info.get("VERSION_ID")
-    except (OSError, AttributeError):
-        return "Linux", None
+def _int(text):
+    text = (text or "").strip()
+    return int(text) if text.isdigit() else None
 
 
-def _linux_chip():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or None
+# -- versions ---------------------------------------------------------------
+
+_VERSION = re.compile(r"(\d+)(?:\.(\d+))?(?:\.(\d+))?(?:\.?(a|b|rc|dev)(\d*))?")
+# Pre-releases sort before the release they lead to: dev < a < b < rc < final.
+_PRE_RANK = {"dev": "0", "a": "1", "b": "2", "rc": "3", None: "9"}
 
 
-def _virtualized():
-    if sys.platform == "darwin":
-        # 1 on a macOS guest (GitHub's hosted runners are), 0 on bare metal.
-        value = _command("sysctl", "-n", "kern.hv_vmm_present")
-        return int(value) if value in ("0", "1") else None
-    if os.path.exists("/proc/cpuinfo"):
-        with open("/proc/cpuinfo") as f:
-            if " hypervisor" in f.read():
-                return 1
-        return 0
-    return None
+def version_key(version):
+    """A string that sorts like the version: "2.10.0" > "2.9.1" > "2.9.1.dev20250101".
 
+    "2.5.1+cu121" -> "0002.0005.0001.9"; the local part (+cpu, +git…) is ignored.
+    Zero-padded text, so SQLite (and Datasette) order versions without any
+    registered function. None for anything that is not a version.
+    """
+    match = _VERSION.match((version or "").strip())
+    if not match:
+        return None
+    major, minor, patch, pre, pre_n = match.groups()
+    key = ".".join(f"{int(x or 0):04d}" for x in (major, minor, patch))
+    key += "." + _PRE_RANK[pre]
+    if pre:
+        key += f"{int(pre_n or 0):010d}"   # nightlies: .dev20250101
+    return key
+
+
+def major_version(version):
+    match = re.match(r"\d+", version or "")
+    return match.group(0) if match else None
+
+
+# -- macOS ------------------------------------------------------------------
 
 def _mac_gpu_cores():
-    text = _command("system_profiler", "SPDisplaysDataType")
-    for line in (text or "").splitlines():
-        if "Total Number of Cores" in line:
-            value = line.split(":", 1)[1].strip()
-            return int(value) if value.isdigit() else None
+    """GPU core count of an Apple-silicon Mac, from the IORegistry or System Profiler."""
+    text = _command("ioreg", "-rd1", "-c", "AGXAccelerator")
+    match = re.search(r'"gpu-core-count"\s*=\s*(\d+)', text or "")
+    if match:
+        return int(match.group(1))
+    text = _command("system_profiler", "-json", "SPDisplaysDataType")
+    try:
+        for gpu in json.loads(text or "{}").get("SPDisplaysDataType", []):
+            if _int(gpu.get("sppci_cores")):
+                return _int(gpu["sppci_cores"])
+    except (ValueError, AttributeError):
+        pass
     return None
 
+
+def _mac():
+    version = _command("sw_vers", "-productVersion") or platform.mac_ver()[0] or None
+    return {
+        "os_name": "macOS", "os_version": version,
+        "os_build": _command("sw_vers", "-buildVersion"),
+        "chip": _command("sysctl", "-n", "machdep.cpu.brand_string"),
+        "hw_model": _command("sysctl", "-n", "hw.model"),
+        "memory_bytes": _int(_command("sysctl", "-n", "hw.memsize")),
+        # 1 on a macOS guest (GitHub's hosted runners are), 0 on bare metal.
+        "virtualized": _int(_command("sysctl", "-n", "kern.hv_vmm_present")),
+    }
+
+
+# -- Linux ------------------------------------------------------------------
+
+def _os_release(text):
+    fields = {}
+    for line in (text or "").splitlines():
+        key, sep, value = line.partition("=")
+        if sep:
+            fields[key.strip()] = value.strip().strip('"').strip("'")
+    return fields
+
+
+def _linux_virtualized():
+    kind = _command("systemd-detect-virt", "--vm")  # a container is not a VM
+    if kind:  # bare metal prints "none" and exits 1, so arrives here as None
+        return 1
+    cpuinfo = _read("/proc/cpuinfo")
+    if cpuinfo is None:
+        return None
+    return 1 if re.search(r"^flags\s*:.*\bhypervisor\b", cpuinfo, re.M) else 0
+
+
+def _linux():
+    release = _os_release(_read("/etc/os-release") or _read("/usr/lib/os-release"))
+    chip = None
+    for line in (_read("/proc/cpuinfo") or "").splitlines():
+        if line.startswith("model name"):
+            chip = line.split(":", 1)[1].strip()
+            break
+    meminfo = re.search(r"^MemTotal:\s+(\d+) kB", _read("/proc/meminfo") or "", re.M)
+    return {
+        "os_name": release.get("NAME") or "Linux",
+        "os_version": release.get("VERSION_ID"),
+        "os_build": release.get("PRETTY_NAME"),
+        "chip": chip or platform.processor() or None,
+        "hw_model": (_read("/sys/devices/virtual/dmi/id/product_name") or "").strip() or None,
+        "memory_bytes": int(meminfo.group(1)) * 1024 if meminfo else None,
+        "virtualized": _linux_virtualized(),
+    }
+
+
+def _nvidia_driver():
+    """The NVIDIA driver version (one driver serves every GPU of a host)."""
+    text = _command("nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader")
+    lines = (text or "").splitlines()
+    return lines[0].strip() if lines else None
+
+
+# -- the record ---------------------------------------------------------------
 
 def describe(target):
     """A dict of the runs-table fields that describe this machine and `target`."""
+    import torch
     if sys.platform == "darwin":
-        os_name = "macOS"
-        os_version = platform.mac_ver()[0] or None
-        os_build = _command("sw_vers", "-buildVersion")
-        chip = _command("sysctl", "-n", "machdep.cpu.brand_string")
-        gpu_cores = _mac_gpu_cores() if target.torch_device.type == "mps" else None
+        facts = _mac()
     elif sys.platform.startswith("linux"):
-        os_name, os_version = _linux_os()
-        os_build, chip, gpu_cores = None, _linux_chip(), None
+        facts = _linux()
     else:
-        os_name, os_version = platform.system(), platform.version()
-        os_build, chip, gpu_cores = None, platform.processor() or None, None
-    if target.torch_device.type == "cuda":
+        facts = {"os_name": platform.system(), "os_version": platform.version(),
+                 "chip": platform.processor() or None}
+    kind = target.torch_device.type
+    gpu_cores = cuda_version = gpu_driver = None
+    if kind == "mps" and sys.platform == "darwin":
+        gpu_cores = _mac_gpu_cores()
+    if kind == "cuda":
         props = torch.cuda.get_device_properties(target.torch_device)
-        gpu_cores = props.multi_processor_count
+        gpu_cores = props.multi_processor_count  # streaming multiprocessors
+        cuda_version = getattr(torch.version, "cuda", None) or getattr(torch.version, "hip", None)
+        gpu_driver = _nvidia_driver()
+    version = torch.__version__
     return {
-        "torch_version": torch.__version__,
+        "torch_version": version,
+        "torch_version_key": version_key(version),
         "torch_git": getattr(torch.version, "git_version", None),
         "python": platform.python_version(),
-        "os_name": os_name, "os_version": os_version, "os_build": os_build,
+        "os_name": facts.get("os_name"), "os_version": facts.get("os_version"),
+        "os_build": facts.get("os_build"),
         "kernel": platform.release(),
         "machine": platform.machine(),
-        "chip": chip, "gpu_cores": gpu_cores,
-        "memory_bytes": _memory_bytes(),
-        "virtualized": _virtualized(),
+        "chip": facts.get("chip"), "hw_model": facts.get("hw_model"),
+        "gpu_cores": gpu_cores,
+        "memory_bytes": facts.get("memory_bytes"),
+        "virtualized": facts.get("virtualized"),
+        "cuda_version": cuda_version, "gpu_driver": gpu_driver,
         "device": target.name,
         "device_name": target.device_name,
         "backend": target.backend,
