@@ -1,0 +1,62 @@
+"""Kill the parent mid-sweep, re-run: every case exactly once, nothing lost."""
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+
+from conftest import rows
+
+OPS = "abs,neg,add,mul,sub,exp,sin,cos,tanh,sigmoid,floor,ceil"
+DTYPES = "float32,float64,int32,float16"
+
+
+def command(db):
+    return [sys.executable, "-m", "mpsprobe", "run", "--db", str(db), "--device", "cpu",
+            "--ops", OPS, "--dtypes", DTYPES, "--samples", "3", "--no-timing", "--workers", "2"]
+
+
+def results_count(db):
+    try:
+        conn = sqlite3.connect(db, timeout=5)
+        try:
+            return conn.execute("SELECT count(*) FROM results").fetchone()[0]
+        finally:
+            conn.close()
+    except sqlite3.OperationalError:
+        return 0
+
+
+def test_kill_parent_then_resume_records_every_case_once(tmp_path):
+    db = tmp_path / "resume.db"
+    parent = subprocess.Popen(command(db), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              start_new_session=True)
+    deadline = time.monotonic() + 120
+    while results_count(db) < 10 and time.monotonic() < deadline and parent.poll() is None:
+        time.sleep(0.1)
+    assert parent.poll() is None, "the sweep finished before it could be interrupted"
+    os.kill(parent.pid, signal.SIGKILL)
+    parent.wait()
+    recorded = results_count(db)
+    assert recorded >= 10
+    run = rows(db, "SELECT * FROM runs")
+    assert len(run) == 1 and run[0]["state"] == "running"
+
+    resumed = subprocess.run(command(db), capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "resuming run" in resumed.stderr
+
+    runs = rows(db, "SELECT * FROM runs")
+    assert len(runs) == 1 and runs[0]["state"] == "complete"
+    results = rows(db, "SELECT case_id FROM results")
+    ids = [r["case_id"] for r in results]
+    assert len(ids) == len(set(ids)) > recorded
+    # Every pair is done, and the pairs account for every case.
+    pairs = rows(db, "SELECT op_id, dtype, n_cases FROM pairs_done")
+    assert len(pairs) == len(OPS.split(",")) * len(DTYPES.split(","))
+    assert sum(p["n_cases"] for p in pairs) == len(ids)
+    for p in pairs:
+        expected = {f"{p['op_id']}|{p['dtype']}|{i}" for i in range(p["n_cases"])}
+        assert expected <= set(ids)
+    assert rows(db, "PRAGMA integrity_check")[0]["integrity_check"] == "ok"
