@@ -12,6 +12,9 @@ import mpsprobe
 
 COMMANDS = {
     "run": "mpsprobe.commands.run:run",
+    "serve": "mpsprobe.commands.serve:serve",
+    "publish": "mpsprobe.commands.serve:publish",
+    "check": "mpsprobe.commands.check:check",
 }
 
 

@@ -1,0 +1,218 @@
+"""Answering per aten op and dtype from a probe run: does it work on the target?
+
+A probe case dispatches several aten ops and passes or fails as a whole, so a
+failing case must not condemn every op it touched. The rules:
+
+- an op works (native and correct) when some passing case dispatched it; a
+  case that fell back vouches for its other ops too, provided every op that
+  fell back is one the case dispatched (else the blame is not placed);
+- an op is unsupported / falls back when a failure message names it
+  (results.aten_op, results.fallback_ops);
+- a failing case that names nobody is pinned on its one op that no other case
+  vouches for; with several such ops each is only a suspect (still unknown);
+  with none, the failure depends on the inputs and is kept as a caveat;
+- an op that no case dispatched is unknown: never reported as working.
+
+The aten ops recorded for a case are what its CPU reference dispatched, and a
+model's ops are captured on the CPU too, so both sides use the same names.
+"""
+import json
+import statistics
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+
+from .status import RANK
+
+BROKEN = ("unsupported", "error", "timeout", "crash")
+FAILED = ("mismatch",) + BROKEN
+
+
+class LookupError_(Exception):
+    """No usable run to answer from: one line for the user."""
+
+
+@dataclass
+class Evidence:
+    """What one run says about one (aten op, dtype)."""
+    good: int = 0                                   # cases where it ran natively and correctly
+    unchecked: int = 0                              # ran natively, values not comparable
+    blamed: Counter = field(default_factory=Counter)      # status -> cases naming it
+    inferred: Counter = field(default_factory=Counter)    # status -> cases pinned on it
+    suspect: Counter = field(default_factory=Counter)     # status -> cases it may have failed
+    input_specific: Counter = field(default_factory=Counter)
+    via: set = field(default_factory=set)           # probe op ids that dispatched it
+    messages: list = field(default_factory=list)
+    timings: list = field(default_factory=list)     # (ref_ms, target_ms) of single-op cases
+
+    @property
+    def failures(self):
+        return self.blamed + self.inferred
+
+
+def _rows(conn, sql, params=()):
+    cursor = conn.execute(sql, params)
+    names = [d[0] for d in cursor.description]
+    return [dict(zip(names, row)) for row in cursor.fetchall()]
+
+
+def runs(conn):
+    """Every run with results, newest first."""
+    return _rows(conn, """
+        SELECT runs.*, (SELECT count(*) FROM results WHERE run_id = runs.id) AS n_results
+        FROM runs ORDER BY started DESC""")
+
+
+def choose_run(conn, run_id=None, torch=None, macos=None, device=None):
+    """The run to answer from: by id, else the newest matching the filters
+    (torch version prefix, macOS version prefix, device), preferring MPS runs."""
+    all_runs = [r for r in runs(conn) if r["n_results"]]
+    if not all_runs:
+        raise LookupError_("the database holds no probe results: run `mpsprobe run` first")
+    if run_id:
+        found = [r for r in all_runs if r["id"].startswith(run_id)]
+        if len(found) != 1:
+            raise LookupError_(f"no run {run_id!r} in the database" if not found
+                               else f"run id {run_id!r} is ambiguous")
+        return found[0]
+    wanted = all_runs
+    if torch:
+        wanted = [r for r in wanted if _version_match(r["torch_version"], torch)]
+    if macos:
+        wanted = [r for r in wanted if r["os_name"] == "macOS"
+                  and _version_match(r["os_version"], macos)]
+    if device and device != "auto":
+        wanted = [r for r in wanted if r["device"] == device
+                  or r["device"].split(":")[0] == device]
+    if not wanted:
+        have = sorted({f"{r['device']}, torch {r['torch_version']}, "
+                       f"{r['os_name']} {r['os_version'] or ''}".strip() for r in all_runs})
+        raise LookupError_(f"no run matches those filters; the database has: {'; '.join(have)}")
+    mps = [r for r in wanted if r["device"].startswith("mps")]
+    return (mps or wanted)[0]
+
+
+def _version_match(version, prefix):
+    """'2.5.1+cpu' matches '2.5' and '2.5.1', not '2.50'."""
+    version = (version or "").split("+")[0]
+    return version == prefix or version.startswith(prefix + ".")
+
+
+def _json_list(text):
+    return json.loads(text) if text else []
+
+
+def evidence(conn, run_id, dtypes=None):
+    """{(aten op, dtype): Evidence} for one run (optionally only some dtypes)."""
+    where, params = "results.run_id = ?", [run_id]
+    if dtypes:
+        where += f" AND results.dtype IN ({', '.join('?' for _ in dtypes)})"
+        params += list(dtypes)
+    rows = _rows(conn, f"""
+        SELECT results.op_id, results.dtype, results.status, results.check_kind,
+               results.aten_op, results.fallback_ops, results.aten_ops, results.reason,
+               results.message, results.ref_ms, results.target_ms, ops.aten_name
+        FROM results LEFT JOIN ops ON ops.id = results.op_id WHERE {where}""", params)
+    found = defaultdict(Evidence)
+    unplaced = []   # (ops, dtype, status, op_id): failures no message pins on one op
+
+    for r in rows:
+        ops, fell_back, dtype, status = _json_list(r["aten_ops"]), _json_list(r["fallback_ops"]), r["dtype"], r["status"]
+        for op in ops:
+            found[op, dtype].via.add(r["op_id"])
+        for op in fell_back:
+            found[op, dtype].blamed["fallback"] += 1
+            found[op, dtype].via.add(r["op_id"])
+        if status == "pass" or (status == "skip" and r["check_kind"] == "shape"):
+            kind = "good" if status == "pass" else "unchecked"
+            for op in ops:
+                setattr(found[op, dtype], kind, getattr(found[op, dtype], kind) + 1)
+            if status == "pass" and len(ops) == 1 and r["target_ms"] is not None:
+                found[ops[0], dtype].timings.append((r["ref_ms"], r["target_ms"]))
+        elif status == "fallback":
+            others = [op for op in ops if op not in fell_back]
+            if set(fell_back) <= set(ops):
+                for op in others:
+                    found[op, dtype].good += 1
+            else:  # the target decomposed one of `others` into what fell back
+                unplaced.append((others, dtype, "fallback", r["op_id"]))
+        elif status in FAILED:
+            named = r["aten_op"]
+            if named:
+                found[named, dtype].blamed[status] += 1
+                found[named, dtype].via.add(r["op_id"])
+                found[named, dtype].messages.append(r["message"] or r["reason"])
+            if not named or named not in ops:
+                if not ops and r["aten_name"]:
+                    # A crash or hang records no ops; the OpInfo's own aten op is the suspect.
+                    ops = [f"aten::{r['aten_name']}"]
+                    found[ops[0], dtype].via.add(r["op_id"])
+                unplaced.append((ops, dtype, status, r["op_id"], r["message"] or r["reason"]))
+
+    for ops, dtype, status, op_id, *message in unplaced:
+        open_ops = [op for op in ops if not found[op, dtype].good]
+        if len(open_ops) == 1:
+            found[open_ops[0], dtype].inferred[status] += 1
+            found[open_ops[0], dtype].messages.extend(m for m in message if m)
+        elif open_ops:
+            for op in open_ops:
+                found[op, dtype].suspect[status] += 1
+        else:
+            for op in ops:
+                found[op, dtype].input_specific[status] += 1
+    return dict(found)
+
+
+def verdict(ev):
+    """(class, status, note) for one op's Evidence; ev None means never probed.
+
+    class: ok | unchecked | fallback | mismatch | unsupported | unknown
+    """
+    if ev is None or not (ev.good or ev.unchecked or ev.failures or ev.suspect):
+        return "unknown", None, "never probed"
+    failures = ev.failures
+    broken = [s for s in BROKEN if failures[s]]
+    passes = f"; passes in {ev.good} other case(s): depends on the arguments" if ev.good else ""
+    how = "" if ev.blamed else " (the only op of a failing case not seen working elsewhere)"
+    if broken:
+        status = max(broken, key=RANK.get)
+        return "unsupported", status, f"{status}{how}{passes}"
+    if failures["fallback"]:
+        return "fallback", "fallback", f"falls back to the CPU{how}{passes}"
+    if failures["mismatch"]:
+        return "mismatch", "mismatch", f"wrong numbers{how}{passes}"
+    caveat = ""
+    if ev.input_specific:
+        caveat = "; " + ", ".join(f"{n} {s}" for s, n in ev.input_specific.items()) + \
+                 " case(s) with other inputs"
+    if ev.good:
+        return "ok", "pass", f"passes in {ev.good} probe case(s){caveat}"
+    if ev.unchecked:
+        return "unchecked", "skip", f"runs natively; values not checkable (nondeterministic){caveat}"
+    suspects = ", ".join(f"{n} {s}" for s, n in ev.suspect.items())
+    return "unknown", None, f"only seen in failing cases ({suspects}) among other unproven ops"
+
+
+def timing(ev):
+    """(CPU ms, target ms) medians over single-op passing cases, or None."""
+    if ev is None or not ev.timings:
+        return None
+    return (statistics.median(t[0] for t in ev.timings),
+            statistics.median(t[1] for t in ev.timings))
+
+
+def other_dtypes(found, op, dtype):
+    """The dtypes, other than `dtype`, in which `op` was probed."""
+    return sorted(d for (o, d) in found if o == op and d != dtype)
+
+
+def aten_op_status(conn, run_id, pairs):
+    """Rows of the aten_op_status view for (aten op, dtype) pairs of one run."""
+    if not pairs:
+        return {}
+    wanted = json.dumps([list(p) for p in pairs])
+    rows = _rows(conn, """
+        SELECT v.* FROM aten_op_status AS v
+        JOIN json_each(?) AS w
+          ON v.aten_op = json_extract(w.value, '$[0]') AND v.dtype = json_extract(w.value, '$[1]')
+        WHERE v.run_id = ?""", [wanted, run_id])
+    return {(r["aten_op"], r["dtype"]): r for r in rows}
