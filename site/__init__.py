@@ -1,1 +1,83 @@
-"""The Datasette face of an mpsprobe database."""
+"""The Datasette face of an mpsprobe database.
+
+site/ holds every file Datasette needs: metadata.json (titles, descriptions,
+licence), templates/, plugins/ (pages, status colours, canned queries) and
+static/ (CSS). `make_datasette` assembles them for `mpsprobe serve` and the
+tests; `datasette_args` gives the same files to `datasette publish`.
+"""
+import copy
+import json
+import os
+from pathlib import Path
+
+SITE_DIR = Path(__file__).resolve().parent
+TEMPLATES_DIR = SITE_DIR / "templates"
+PLUGINS_DIR = SITE_DIR / "plugins"
+STATIC_DIR = SITE_DIR / "static"
+STATIC_MOUNT = "mpsprobe-static"
+# The metadata file describes the database under this name; it is renamed to
+# whatever the served file is called.
+METADATA_DB_NAME = "mpsprobe"
+DEFAULT_TIME_LIMIT_MS = 2000
+
+
+def database_name(db_path):
+    """The name Datasette gives a database file: its file name without the extension."""
+    return Path(db_path).stem
+
+
+def site_metadata(db_path):
+    """metadata.json for the database at `db_path`, with the plugin's configuration."""
+    from mpsprobe.db.status import STATUSES, WORKING
+
+    with open(SITE_DIR / "metadata.json") as f:
+        metadata = json.load(f)
+    metadata = copy.deepcopy(metadata)
+    name = database_name(db_path)
+    metadata["databases"] = {name: metadata["databases"].pop(METADATA_DB_NAME)}
+    metadata["plugins"]["mpsprobe"] = {
+        "database": name, "statuses": list(STATUSES), "working": list(WORKING)}
+    return metadata
+
+
+def wal_pending(db_path):
+    """True while a writer may have changes in the WAL that the main file lacks."""
+    wal = f"{db_path}-wal"
+    return os.path.exists(wal) and os.path.getsize(wal) > 0
+
+
+def site_settings(time_limit_ms=DEFAULT_TIME_LIMIT_MS):
+    return {"sql_time_limit_ms": int(time_limit_ms), "allow_download": True,
+            "default_page_size": 100}
+
+
+def make_datasette(db_path, live=None, time_limit_ms=DEFAULT_TIME_LIMIT_MS):
+    """A Datasette instance serving `db_path` read-only with the mpsprobe site.
+
+    The file is opened immutable (never written, fastest) unless `live` is
+    true, or unset while a run still has changes in the WAL: then it is
+    opened read-only so that the newest results show.
+    """
+    from datasette.app import Datasette
+
+    db_path = str(db_path)
+    if live is None:
+        live = wal_pending(db_path)
+    return Datasette(
+        files=[db_path] if live else [],
+        immutables=[] if live else [db_path],
+        metadata=site_metadata(db_path),
+        template_dir=str(TEMPLATES_DIR),
+        plugins_dir=str(PLUGINS_DIR),
+        static_mounts=[(STATIC_MOUNT, str(STATIC_DIR))],
+        settings=site_settings(time_limit_ms),
+    )
+
+
+def datasette_args(metadata_path, time_limit_ms=DEFAULT_TIME_LIMIT_MS):
+    """The `datasette publish`/`package` options that carry the site's files."""
+    args = ["--metadata", str(metadata_path), "--template-dir", str(TEMPLATES_DIR),
+            "--plugins-dir", str(PLUGINS_DIR), "--static", f"{STATIC_MOUNT}:{STATIC_DIR}"]
+    for key, value in site_settings(time_limit_ms).items():
+        args += ["--setting", key, str(value).lower() if isinstance(value, bool) else str(value)]
+    return args
