@@ -9,6 +9,7 @@ import sqlite3
 
 import sqlite_utils
 
+from . import declared
 from .status import STATUSES
 
 APP = "mpsprobe"
@@ -114,6 +115,7 @@ GROUP BY results.run_id, je.value, results.dtype""")
 CREATE VIEW run_status_counts AS
 SELECT run_id, count(*) AS n_cases, {_status_counts_sql()}
 FROM results GROUP BY run_id""")
+    declared.create(db)
 
 
 def _migrate_2(db):

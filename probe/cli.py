@@ -15,6 +15,8 @@ COMMANDS = {
     "serve": "mpsprobe.commands.serve:serve",
     "publish": "mpsprobe.commands.serve:publish",
     "check": "mpsprobe.commands.check:check",
+    "declared": "mpsprobe.commands.declared:declared",
+    "findings": "mpsprobe.commands.declared:findings",
 }
 
 
