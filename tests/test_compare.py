@@ -1,0 +1,84 @@
+"""The tolerance policy, on outputs built by hand."""
+import math
+
+import torch
+
+from mpsprobe.compare import FACTOR, compare, floors
+
+
+def truth_and_cpu(values, dtype):
+    truth = torch.tensor(values, dtype=torch.float64)
+    return truth, truth.to(dtype)
+
+
+def test_target_as_good_as_the_cpu_in_float16_passes():
+    truth, cpu = truth_and_cpu([1.0001, 2.0003, 3.0007, 1000.3], torch.float16)
+    target = cpu.clone()
+    target[3] = target[3] + 0.5  # one float16 ulp at 1000: the CPU's own rounding class
+    verdict = compare(target, cpu, truth, torch.float16)
+    assert verdict.ok, verdict.reason
+    assert (verdict.atol, verdict.rtol) == floors(torch.float16)
+
+
+def test_error_well_beyond_the_cpus_own_is_a_mismatch():
+    truth, cpu = truth_and_cpu([1.0, 2.0, 3.0], torch.float32)
+    target = cpu * 1.01
+    verdict = compare(target, cpu, truth, torch.float32)
+    assert not verdict.ok
+    assert math.isclose(verdict.max_abs_err, 0.03, rel_tol=1e-3)
+    assert verdict.ref_abs_err == 0.0
+    assert "max abs error" in verdict.reason
+
+
+def test_bound_scales_with_the_cpus_own_error():
+    truth = torch.tensor([1.0, 2.0], dtype=torch.float64)
+    cpu = torch.tensor([1.01, 2.0], dtype=torch.bfloat16)  # the CPU is off too
+    atol, rtol = floors(torch.bfloat16)
+    cpu_ratio = (cpu.double() - truth).abs().div(atol + rtol * truth.abs()).max().item()
+    just_inside = truth + (FACTOR * cpu_ratio * 0.9) * (atol + rtol * truth.abs())
+    just_outside = truth + (FACTOR * cpu_ratio * 1.2) * (atol + rtol * truth.abs())
+    assert compare(just_inside.to(torch.float32), cpu.float(), truth, torch.bfloat16).ok
+    assert not compare(just_outside.to(torch.float32), cpu.float(), truth, torch.bfloat16).ok
+
+
+def test_nan_where_the_cpu_has_a_number_is_a_mismatch():
+    truth, cpu = truth_and_cpu([1.0, 2.0], torch.float32)
+    target = cpu.clone()
+    target[1] = float("nan")
+    verdict = compare(target, cpu, truth, torch.float32)
+    assert not verdict.ok and verdict.nonfinite_mismatch
+
+
+def test_matching_infinities_pass():
+    cpu = torch.tensor([float("inf"), -float("inf"), 1.0], dtype=torch.float16)
+    assert compare(cpu.clone(), cpu, cpu.double(), torch.float16).ok
+
+
+def test_integers_must_be_exact():
+    cpu = torch.tensor([1, 2, 3])
+    assert compare(cpu.clone(), cpu, None, torch.int64).ok
+    off = compare(torch.tensor([1, 2, 4]), cpu, None, torch.int64)
+    assert not off.ok and "1 of 3 values differ" in off.reason
+
+
+def test_shape_dtype_and_structure_disagreements():
+    cpu = torch.zeros(2, 3)
+    assert "shape" in compare(torch.zeros(3, 2), cpu, None, torch.float32).reason
+    assert "dtype" in compare(torch.zeros(2, 3, dtype=torch.float64), cpu, None, torch.float32).reason
+    assert "structure" in compare((cpu, cpu), cpu, None, torch.float32).reason
+
+
+def test_shape_only_check_ignores_values():
+    cpu = torch.rand(4)
+    verdict = compare(torch.rand(4), cpu, None, torch.float32, values=False)
+    assert verdict.ok and verdict.check_kind == "shape"
+    assert not compare(torch.rand(5), cpu, None, torch.float32, values=False).ok
+
+
+def test_tuple_outputs_and_python_numbers():
+    cpu = (torch.tensor([1.0, 2.0]), torch.tensor([0, 1]))
+    assert compare((cpu[0].clone(), cpu[1].clone()), cpu, None, torch.float32).ok
+    wrong = compare((cpu[0].clone(), torch.tensor([1, 0])), cpu, None, torch.float32)
+    assert not wrong.ok and wrong.reason.startswith("output 1")
+    assert compare(3.0, 3.0, 3.0, torch.float32).ok
+    assert not compare(3.5, 3.0, 3.0, torch.float32).ok
