@@ -12,6 +12,9 @@ import mpsprobe
 
 COMMANDS = {
     "run": "mpsprobe.commands.run:run",
+    "envs": "mpsprobe.commands.envs:envs",
+    "merge": "mpsprobe.commands.merge:merge",
+    "migrate": "mpsprobe.commands.merge:migrate",
     "serve": "mpsprobe.commands.serve:serve",
     "publish": "mpsprobe.commands.serve:publish",
     "check": "mpsprobe.commands.check:check",

@@ -40,6 +40,10 @@ def _counts_line(counts):
 @click.option("--timeout", default=60.0, show_default=True, type=float, help="Seconds one case may take.")
 @click.option("--mps-fallback/--no-mps-fallback", default=False, show_default=True,
               help="Set PYTORCH_ENABLE_MPS_FALLBACK=1 in workers: unimplemented ops fall back instead of failing.")
+@click.option("--torch", "torch_spec", default="current", show_default=True,
+              help="Which torch to probe: current, a version (2.5.1), a pip requirement, nightly, "
+                   "or a path to a Python that has torch. Versions get a cached virtual "
+                   "environment (see `mpsprobe envs list`).")
 @click.option("--shard", default=None, help="Run only slice I of N, like 2/4 (for splitting a sweep).")
 @click.option("--resume", is_flag=True, help="Continue the newest unfinished run in the DB.")
 @click.option("--fresh", is_flag=True, help="Start a new run even if a matching one exists.")
@@ -47,7 +51,7 @@ def _counts_line(counts):
               help="FILE.py[:factory] defining a custom target (used by the test suite).")
 @click.option("--json", "as_json", is_flag=True, help="Print a machine-readable summary.")
 def run(db_path, device, ops, dtypes, samples, timing, workers, timeout, mps_fallback,
-        shard, resume, fresh, backend, as_json):
+        torch_spec, shard, resume, fresh, backend, as_json):
     """Probe every OpInfo op on a device and record the results.
 
     Each case (op, dtype, sample) runs on the CPU and on the target in an
@@ -59,15 +63,22 @@ def run(db_path, device, ops, dtypes, samples, timing, workers, timeout, mps_fal
         mpsprobe run
         mpsprobe run --ops 'add,nn.functional.conv2d' --dtypes float16,float32 --samples 3
         mpsprobe run --device cuda --no-timing --db cuda.db
+        mpsprobe run --torch 2.5.1 --ops add --db history.db
     """
     if resume and fresh:
         raise UserError("--resume and --fresh contradict each other")
+    from mpsprobe.envs import EnvError, ensure
+    try:
+        python = ensure(torch_spec, say=lambda text: click.echo(text, err=True))
+    except EnvError as e:
+        raise UserError(str(e)) from None
     try:
         options = SweepOptions(
             db_path=db_path, device=device, backend=backend, ops=_split(ops),
             dtypes=_split(dtypes), samples=samples, timing=timing, workers=workers,
             timeout=timeout, mps_fallback=mps_fallback,
-            shard=parse_shard(shard) if shard else None, resume=resume, fresh=fresh)
+            shard=parse_shard(shard) if shard else None, python=python,
+            resume=resume, fresh=fresh)
         sweep = Sweep(options)
         env, pairs = sweep.prepare()
         click.echo(_describe_target(env), err=True)

@@ -1,0 +1,198 @@
+"""Combine mpsprobe databases: many machines, shards, torch versions -> one DB.
+
+Every row is keyed by stable ids (a run's id is a UUID made where it ran;
+cases are "op|dtype|index"), so merging is a union: a row already present is
+left alone, and merging the same source twice adds nothing. A run present on
+both sides takes the source's row only when the source's copy is further
+along (it was resumed and finished since the last merge), and the results it
+gained since are added.
+
+Shard runs stay separate runs, each with its own machine facts; the
+`run_sweeps`/`sweeps`/`sweep_op_dtype_status` views (db/history.py) group
+the shards of one sweep, so a merged sharded sweep reads like one run.
+
+Sources are only read. A source with an older schema is migrated in a
+temporary copy; a newer one is refused. The target is written in one
+transaction: a failure leaves it exactly as it was.
+"""
+import os
+import shutil
+import sqlite3
+import tempfile
+from dataclasses import dataclass, field
+
+import sqlite_utils
+
+from . import history, schema
+
+SKIPPED_TABLES = ("mpsprobe_meta",)
+_STATE_RANK = {"running": 0, "interrupted": 1, "complete": 2}
+
+
+class MergeError(Exception):
+    """A merge that cannot be done: one line for the user; nothing was written."""
+
+
+@dataclass
+class SourceReport:
+    path: str
+    schema_version: int
+    runs_added: int = 0
+    runs_updated: int = 0
+    rows_added: dict = field(default_factory=dict)   # table -> rows new to the target
+
+    @property
+    def migrated(self):
+        return self.schema_version < schema.SCHEMA_VERSION
+
+    @property
+    def results_added(self):
+        return self.rows_added.get("results", 0)
+
+
+def _check_sources(sources, target):
+    versions = {}
+    for path in sources:
+        if not os.path.isfile(path):
+            raise MergeError(f"{path}: no such database")
+        if os.path.exists(target) and os.path.samefile(path, target):
+            raise MergeError(f"{path} is the output database; name another with -o")
+        try:
+            version = schema.inspect(path)
+        except schema.DatabaseError as e:
+            raise MergeError(f"cannot merge {e}") from None
+        if version is None:
+            raise MergeError(f"{path} is empty, not an mpsprobe database")
+        versions[path] = version
+    return versions
+
+
+def _readable_copy(path, version, scratch):
+    """A read-only connection to `path`, or to a migrated copy if its schema is older."""
+    if version == schema.SCHEMA_VERSION:
+        return sqlite3.connect(f"file:{os.path.abspath(path)}?mode=ro", uri=True)
+    copy = os.path.join(scratch, f"{len(os.listdir(scratch))}.db")
+    with sqlite3.connect(f"file:{os.path.abspath(path)}?mode=ro", uri=True) as src, \
+            sqlite3.connect(copy) as dst:
+        src.backup(dst)   # consistent even while another process writes the source
+    schema.open_db(copy).conn.close()
+    return sqlite3.connect(f"file:{copy}?mode=ro", uri=True)
+
+
+def _keyed_tables(db):
+    """Tables with an explicit primary key, parents before children (foreign keys)."""
+    tables = {}
+    names = db.table_names()
+    # A full-text index's shadow tables are rebuilt from its table, never merged.
+    shadows = tuple(f"{n}_" for n in names if db[n].virtual_table_using)
+    for name in names:
+        if name in SKIPPED_TABLES or name.startswith(("sqlite_", *shadows)):
+            continue
+        table = db[name]
+        if table.pks == ["rowid"] or table.virtual_table_using:
+            continue  # no stable key to merge on (or a search index rebuilt from its table)
+        tables[name] = {fk.other_table for fk in table.foreign_keys if fk.other_table != name}
+    ordered, seen = [], set()
+
+    def visit(name, path=()):
+        if name in seen or name in path or name not in tables:
+            return
+        for parent in sorted(tables[name]):
+            visit(parent, path + (name,))
+        seen.add(name)
+        ordered.append(name)
+    for name in sorted(tables):
+        visit(name)
+    return ordered
+
+
+def _further_along(new, old):
+    def rank(run):
+        return (_STATE_RANK.get(run.get("state"), -1), run.get("cases_total") or 0,
+                run.get("finished") or "")
+    return rank(new) > rank(old)
+
+
+def _merge_runs(src, db, report, columns):
+    existing = {r["id"]: r for r in db.query("SELECT id, state, cases_total, finished FROM runs")}
+    for run in src.query(f"SELECT {', '.join(columns)} FROM runs"):
+        old = existing.get(run["id"])
+        if old is None:
+            db.execute(f"INSERT INTO runs ({', '.join(columns)}) VALUES "
+                       f"({', '.join('?' for _ in columns)})", [run[c] for c in columns])
+            report.runs_added += 1
+        elif _further_along(run, old):
+            sets = ", ".join(f"{c} = ?" for c in columns if c != "id")
+            db.execute(f"UPDATE runs SET {sets} WHERE id = ?",
+                       [run[c] for c in columns if c != "id"] + [run["id"]])
+            report.runs_updated += 1
+
+
+def _merge_table(src_conn, db, table, columns):
+    quoted = ", ".join(f'"{c}"' for c in columns)
+    sql = (f'INSERT OR IGNORE INTO "{table}" ({quoted}) '
+           f"VALUES ({', '.join('?' for _ in columns)})")
+    before = db.conn.total_changes
+    cursor = src_conn.execute(f'SELECT {quoted} FROM "{table}"')
+    while True:
+        rows = cursor.fetchmany(5000)
+        if not rows:
+            break
+        db.conn.executemany(sql, rows)
+    return db.conn.total_changes - before
+
+
+def _merge_one(src_conn, db, report):
+    src = sqlite_utils.Database(src_conn)
+    target_tables = set(db.table_names())
+    for table in _keyed_tables(src):
+        if table not in target_tables:
+            continue  # a table this mpsprobe does not know: nothing can read it here
+        target_columns = set(db[table].columns_dict)
+        columns = [c for c in src[table].columns_dict if c in target_columns]
+        if table == "runs":
+            _merge_runs(src, db, report, columns)
+            report.rows_added["runs"] = report.runs_added
+        else:
+            report.rows_added[table] = _merge_table(src_conn, db, table, columns)
+
+
+def merge(sources, target, say=lambda text: None):
+    """Merge the mpsprobe databases `sources` into `target` (created if missing).
+
+    Returns a SourceReport per source. Raises MergeError, writing nothing, for
+    an unusable source (missing, not mpsprobe, newer schema) or target.
+    """
+    sources = [str(s) for s in sources]
+    target = str(target)
+    versions = _check_sources(sources, target)
+    try:
+        db = schema.open_db(target)
+    except schema.DatabaseError as e:
+        raise MergeError(f"cannot write the output: {e}") from None
+    reports = []
+    scratch = tempfile.mkdtemp(prefix="mpsprobe-merge-")
+    conn = db.conn
+    conn.isolation_level = None
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            for path in sources:
+                report = SourceReport(path, versions[path])
+                src_conn = _readable_copy(path, versions[path], scratch)
+                try:
+                    _merge_one(src_conn, db, report)
+                finally:
+                    src_conn.close()
+                reports.append(report)
+                say(report)
+            history.backfill_version_keys(db)
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+    finally:
+        conn.close()
+        shutil.rmtree(scratch, ignore_errors=True)
+    return reports
