@@ -167,8 +167,10 @@ def verdict(ev):
 
     class: ok | unchecked | fallback | mismatch | unsupported | unknown
     """
-    if ev is None or not (ev.good or ev.unchecked or ev.failures or ev.suspect):
+    if ev is None or not ev.via:
         return "unknown", None, "never probed"
+    if not (ev.good or ev.unchecked or ev.failures or ev.suspect or ev.input_specific):
+        return "unknown", None, "only in probe cases that failed on another op"
     failures = ev.failures
     broken = [s for s in BROKEN if failures[s]]
     passes = f"; passes in {ev.good} other case(s): depends on the arguments" if ev.good else ""

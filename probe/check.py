@@ -10,13 +10,11 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Optional
 
-import torch
-
 from mpsprobe.db import lookup
-from . import models
-from .capture import AtenCapture, ModuleTracker
 
-OPTIMIZERS = {"sgd": torch.optim.SGD, "adam": torch.optim.Adam, "adamw": torch.optim.AdamW}
+# torch is imported only where a model is captured: the site's check page
+# answers exported op lists with this module and must not pay for torch.
+OPTIMIZERS = ("sgd", "adam", "adamw")
 
 # How each class is shown, most severe first; the summary line keeps this order.
 CLASSES = (
@@ -77,6 +75,7 @@ def portable_dispatch(enabled=True):
     MultiheadAttention fast path (CPU/CUDA only), no oneDNN RNN kernels, and
     the math scaled-dot-product attention rather than the CPU's flash kernel.
     Otherwise the capture would list CPU-only kernels no other device runs."""
+    import torch
     if not enabled:
         yield
         return
@@ -103,10 +102,14 @@ def capture(loaded, train=False, optimizer="sgd", on_call=None, portable=True):
 
     `portable`: capture the generic paths a non-CPU target takes (portable_dispatch).
     """
+    import torch
+    from . import models
+    from .capture import AtenCapture, ModuleTracker
     model = loaded.model
     tracker = ModuleTracker(model, root_name=loaded.name)
     cap = AtenCapture(where=tracker.current, on_call=on_call)
-    opt = OPTIMIZERS[optimizer](model.parameters(), lr=1e-3) if train else None
+    optimizers = {"sgd": torch.optim.SGD, "adam": torch.optim.Adam, "adamw": torch.optim.AdamW}
+    opt = optimizers[optimizer](model.parameters(), lr=1e-3) if train else None
     model.train(train)
     try:
         with portable_dispatch(portable), tracker, torch.set_grad_enabled(train):
