@@ -91,7 +91,11 @@ def _measured(db, run_id):
 
 
 def _kernels(db, version):
-    """{base aten name: (has MPS kernel, composite kind)} for one torch version."""
+    """{base aten name: (has MPS kernel, composite kinds)} for one torch version.
+
+    A function without an MPS kernel that is not composite cannot run natively
+    on MPS at all, so only composite ones can be `composite_passes`.
+    """
     if not version or "declared_kernels" not in db.table_names():
         return {}
     out = {}
@@ -153,10 +157,11 @@ def compare(db, run_id=None, against=None):
             findings.append(dict(base, kind="undeclared_failure", explanation=(
                 f"declared to work ({d['source']}), yet {status}" + (f": {why}" if why else ""))))
         aten = aten_names.get(op)
-        if device == "mps" and status == "pass" and aten in kernels and not kernels[aten][0]:
+        if device == "mps" and status == "pass" and aten in kernels \
+                and not kernels[aten][0] and kernels[aten][1]:
             used = [a for a in aten_ops.get((op, dtype), {}) if a != f"aten::{aten}"
                     and not a.startswith(f"aten::{aten}.")]
-            kind = kernels[aten][1] or "no MPS dispatch entry"
+            kind = kernels[aten][1]
             findings.append(dict(base, kind="composite_passes", explanation=(
                 f"aten::{aten} has no MPS kernel ({kind}), yet it passes natively"
                 + (f" via {', '.join(used[:6])}" + ("…" if len(used) > 6 else "") if used else ""))))
