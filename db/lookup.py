@@ -8,9 +8,10 @@ failing case must not condemn every op it touched. The rules:
   fell back is one the case dispatched (else the blame is not placed);
 - an op is unsupported / falls back when a failure message names it
   (results.aten_op, results.fallback_ops);
-- a failing case that names nobody is pinned on its one op that no other case
-  vouches for; with several such ops each is only a suspect (still unknown);
-  with none, the failure depends on the inputs and is kept as a caveat;
+- a failing case that names nobody is pinned on its one op that no passing
+  case of another probe op vouches for; with several such ops each is only a
+  suspect (still unknown); with none, the failure depends on the inputs and
+  is kept as a caveat on ops that otherwise work;
 - an op that no case dispatched is unknown: never reported as working.
 
 The aten ops recorded for a case are what its CPU reference dispatched, and a
@@ -35,6 +36,7 @@ class LookupError_(Exception):
 class Evidence:
     """What one run says about one (aten op, dtype)."""
     good: int = 0                                   # cases where it ran natively and correctly
+    good_via: set = field(default_factory=set)      # probe op ids of those cases
     unchecked: int = 0                              # ran natively, values not comparable
     blamed: Counter = field(default_factory=Counter)      # status -> cases naming it
     inferred: Counter = field(default_factory=Counter)    # status -> cases pinned on it
@@ -126,6 +128,8 @@ def evidence(conn, run_id, dtypes=None):
             kind = "good" if status == "pass" else "unchecked"
             for op in ops:
                 setattr(found[op, dtype], kind, getattr(found[op, dtype], kind) + 1)
+                if status == "pass":
+                    found[op, dtype].good_via.add(r["op_id"])
             if status == "pass" and len(ops) == 1 and r["target_ms"] is not None:
                 found[ops[0], dtype].timings.append((r["ref_ms"], r["target_ms"]))
         elif status == "fallback":
@@ -133,6 +137,7 @@ def evidence(conn, run_id, dtypes=None):
             if set(fell_back) <= set(ops):
                 for op in others:
                     found[op, dtype].good += 1
+                    found[op, dtype].good_via.add(r["op_id"])
             else:  # the target decomposed one of `others` into what fell back
                 unplaced.append((others, dtype, "fallback", r["op_id"]))
         elif status in FAILED:
@@ -149,7 +154,9 @@ def evidence(conn, run_id, dtypes=None):
                 unplaced.append((ops, dtype, status, r["op_id"], r["message"] or r["reason"]))
 
     for ops, dtype, status, op_id, *message in unplaced:
-        open_ops = [op for op in ops if not found[op, dtype].good]
+        # Only another probe op's passing case clears an op: the same op passing
+        # with other inputs does not (the failure may be in those inputs' path).
+        open_ops = [op for op in ops if not (found[op, dtype].good_via - {op_id})]
         if len(open_ops) == 1:
             found[open_ops[0], dtype].inferred[status] += 1
             found[open_ops[0], dtype].messages.extend(m for m in message if m)
