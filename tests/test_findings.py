@@ -98,3 +98,21 @@ def test_errors_are_one_line(cpu_db, tmp_path):
     empty = tmp_path / "e.db"
     assert invoke("declared", "--db", empty, "--no-installed").exit_code == 2
     assert "Traceback" not in result.output
+
+
+def test_site_page_shows_the_same_findings(fake_db):
+    import asyncio
+    import re
+    from datasette.app import Datasette
+    plugins = Path(__file__).parent.parent / "site" / "plugins"
+    ds = Datasette(files=[str(fake_db)], plugins_dir=str(plugins))
+    page = asyncio.run(ds.client.get("/-/findings"))
+    assert page.status_code == 200, page.text
+    report = json.loads(invoke("findings", "--db", fake_db, "--json").output)
+    for title, kind in (("Declared failing, yet passes", "stale_xfail"),
+                        ("Declared fine, yet fails", "undeclared_failure"),
+                        ("No MPS kernel, yet passes natively", "composite_passes")):
+        shown = re.search(rf"<h2>{title} \((\d+)\)</h2>", page.text)
+        assert shown and int(shown.group(1)) == report["counts"][kind], title
+    assert f"<strong>{report['agreement']['rate']:.1%}</strong>" in page.text
+    assert ">heaviside<" in page.text and ">kron<" in page.text
