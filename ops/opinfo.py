@@ -23,7 +23,19 @@ NONDETERMINISTIC_PATTERNS = (
     "rand*", "normal*", "bernoulli*", "multinomial", "uniform", "exponential",
     "geometric", "cauchy", "log_normal", "*dropout*", "nn.functional.rrelu",
     "randint*", "randn*", "*random*",
+    "pca_lowrank", "svd_lowrank",  # randomised algorithms
 )
+
+# Outputs whose values are not unique, by output position: indices when the
+# input has ties (sort is not stable by default; mode's value too), and
+# eigenvector/singular vector signs or phases. Devices may legitimately differ
+# there, so those outputs are checked for shape, dtype and device only.
+AMBIGUOUS_OUTPUTS = {
+    "argsort": (0,), "sort": (1,), "topk": (1,), "kthvalue": (1,), "mode": (0, 1),
+    "median": (1,), "nanmedian": (1,),
+    "max.reduction_with_dim": (1,), "min.reduction_with_dim": (1,),
+    "linalg.eig": (1,), "linalg.eigh": (1,), "linalg.svd": (0, 2), "svd": (0, 2),
+}
 
 # OpInfos that cannot be judged against a CPU reference: jiterator ops compile
 # CUDA source at run time and exist on no other device.
@@ -61,6 +73,10 @@ def parse_dtype(name):
     if not isinstance(dtype, torch.dtype):
         raise CatalogueError(f"unknown dtype: {name!r}")
     return dtype
+
+
+def ambiguous_outputs(key):
+    return AMBIGUOUS_OUTPUTS.get(key, ())
 
 
 def is_nondeterministic(key):

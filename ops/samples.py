@@ -53,8 +53,21 @@ def _move_tensor(t, device):
 
 
 def to_device(args, device):
-    """`args` (any pytree) with every tensor copied to `device`."""
-    return tree_map(lambda x: _move_tensor(x, device) if isinstance(x, torch.Tensor) else x, args)
+    """`args` (any pytree) with every tensor copied to `device`, and every
+    device argument (factory functions' `device=`, `Tensor.to(device)`) pointed at it."""
+    device = torch.device(device)
+
+    def move(x):
+        if isinstance(x, torch.Tensor):
+            return _move_tensor(x, device)
+        if isinstance(x, torch.device):
+            return device
+        return x
+    moved = tree_map(move, args)
+    if isinstance(moved, tuple) and len(moved) == 3 and isinstance(moved[2], dict) \
+            and isinstance(moved[2].get("device"), str):
+        moved[2]["device"] = device
+    return moved
 
 
 def upcast(args, dtype):

@@ -59,3 +59,11 @@ def test_missing_expecttest_is_one_clear_error(monkeypatch):
     monkeypatch.setattr(builtins, "__import__", no_expecttest)
     with pytest.raises(opinfo.CatalogueError, match="pip install expecttest"):
         opinfo.load_op_db()
+
+
+def test_factory_device_arguments_follow_the_target():
+    from mpsprobe.ops.samples import to_device
+    moved = to_device((torch.zeros(2), (torch.device("cpu"),), {"device": "cpu"}), "meta")
+    assert moved[0].device.type == "meta"
+    assert moved[1][0] == torch.device("meta")
+    assert moved[2]["device"] == torch.device("meta")

@@ -32,13 +32,32 @@ def test_error_well_beyond_the_cpus_own_is_a_mismatch():
 
 def test_bound_scales_with_the_cpus_own_error():
     truth = torch.tensor([1.0, 2.0], dtype=torch.float64)
-    cpu = torch.tensor([1.01, 2.0], dtype=torch.bfloat16)  # the CPU is off too
-    atol, rtol = floors(torch.bfloat16)
-    cpu_ratio = (cpu.double() - truth).abs().div(atol + rtol * truth.abs()).max().item()
-    just_inside = truth + (FACTOR * cpu_ratio * 0.9) * (atol + rtol * truth.abs())
-    just_outside = truth + (FACTOR * cpu_ratio * 1.2) * (atol + rtol * truth.abs())
-    assert compare(just_inside.to(torch.float32), cpu.float(), truth, torch.bfloat16).ok
-    assert not compare(just_outside.to(torch.float32), cpu.float(), truth, torch.bfloat16).ok
+    cpu = torch.tensor([1.001, 2.0], dtype=torch.float32)  # the CPU is off too
+    atol, rtol = floors(torch.float32)  # floors follow the output's dtype
+    scale = atol + rtol * truth.abs()
+    cpu_ratio = (cpu.double() - truth).abs().div(scale).max().item()
+    just_inside = truth + FACTOR * cpu_ratio * 0.9 * scale
+    just_outside = truth + FACTOR * cpu_ratio * 1.2 * scale
+    assert compare(just_inside.float(), cpu, truth, torch.bfloat16).ok
+    assert not compare(just_outside.float(), cpu, truth, torch.bfloat16).ok
+
+
+def test_integer_inputs_with_float_outputs_use_the_outputs_floors():
+    truth = torch.tensor([0.25, 0.75], dtype=torch.float64)
+    cpu = truth.clone()
+    target = truth + 2e-16
+    assert compare(target, cpu, truth, torch.int32).ok
+
+
+def test_ambiguous_outputs_are_checked_for_shape_only():
+    values, cpu_idx = torch.tensor([1.0, 1.0]), torch.tensor([0, 1])
+    cpu = (values, cpu_idx)
+    swapped = (values.clone(), torch.tensor([1, 0]))
+    assert not compare(swapped, cpu, None, torch.float32).ok
+    verdict = compare(swapped, cpu, None, torch.float32, unchecked=(1,))
+    assert verdict.ok and verdict.check_kind == "values"
+    only_indices = compare(torch.tensor([1, 0]), cpu_idx, None, torch.float32, unchecked=(0,))
+    assert only_indices.ok and only_indices.check_kind == "shape"
 
 
 def test_nan_where_the_cpu_has_a_number_is_a_mismatch():
