@@ -62,6 +62,13 @@ SELECT b.op_id, b.dtype, NULL, b.status
 FROM b LEFT JOIN a USING (op_id, dtype) WHERE a.status IS NULL
 ORDER BY 1, 2"""
 
+# The versions view knows more (OS major, passing-since); the canned query prefers it.
+SQL_FIRST_PASS_FROM_VIEW = """
+SELECT op_id, dtype, device, os_name, os_major, first_pass_torch, last_fail_torch,
+       passing_since_torch, latest_torch, latest_status
+FROM op_firsts WHERE :op_id = '' OR op_id = :op_id
+ORDER BY op_id, dtype, device, os_name, os_major"""
+
 RUN_COLUMNS = "r.torch_version, r.os_name, r.os_version, r.device"
 
 CANNED_QUERIES = {
@@ -275,10 +282,14 @@ def pick_run(runs, params):
     def matches(value, prefix):
         return not prefix or (value or "") == prefix or (value or "").startswith(prefix + ".") \
             or (value or "").startswith(prefix + "+")
+    wanted_device = params.get("device")
+    if not any(params.get(k) for k in ("torch", "os", "device")):
+        # By default the newest run on a real target: CPU runs only calibrate.
+        runs = [r for r in runs if r["device"] != "cpu"] + [r for r in runs if r["device"] == "cpu"]
     for run in runs:  # newest first
         if (matches(run["torch_version"], params.get("torch", ""))
                 and matches(run["os_version"], params.get("os", ""))
-                and (not params.get("device") or run["device"] == params["device"])):
+                and (not wanted_device or run["device"] == wanted_device)):
             return run
     return None
 
@@ -500,9 +511,17 @@ def prepare_connection(conn):
 
 @hookimpl
 def canned_queries(datasette, database):
-    if database != get_database(datasette).name:
+    db = get_database(datasette)
+    if database != db.name:
         return {}
-    return {name: dict(q, sql=q["sql"].strip()) for name, q in CANNED_QUERIES.items()}
+
+    async def queries():
+        chosen = dict(CANNED_QUERIES)
+        if "op_firsts" in await optional_views(db):
+            chosen["first_pass_version"] = dict(chosen["first_pass_version"],
+                                                sql=SQL_FIRST_PASS_FROM_VIEW)
+        return {name: dict(q, sql=q["sql"].strip()) for name, q in chosen.items()}
+    return queries
 
 
 @hookimpl

@@ -1,0 +1,364 @@
+"""The Datasette site, through Datasette's own test client, on a DB the real probe built.
+
+The fixture DB holds three real runs: the session's fake-MPS run (every failure
+mode), the session's CPU run (timings), and one more fake-MPS run with a
+different fault configuration, relabelled as an older torch on an older macOS
+so the op history has two versions. Every expectation is derived from the DB
+with SQL, never copied from output.
+"""
+import asyncio
+import hashlib
+import html
+import json
+import re
+import shutil
+import sqlite3
+import urllib.parse
+
+import pytest
+
+from conftest import FAKE_MPS, rows, run_cli
+from mpsprobe.db.status import STATUSES, WORKING
+from mpsprobe.environment import version_key
+from mpsprobe.site import database_name, make_datasette
+
+OLD_TORCH, OLD_OS = "2.4.0", "14.2"
+# The older fake run: exp wrong in every dtype, add falls back, histc works.
+OLD_FAULTS = {"wrong": {"aten::exp": "float32"}, "fallback": ["aten::add.Tensor"],
+              "not_implemented": [], "abort": [], "hang": []}
+
+_built = {}
+
+
+def build_site_db(tmp_path_factory, fake_db, cpu_db):
+    """The site's fixture DB (built once per session, shared with the browser test)."""
+    if "path" in _built:
+        return _built["path"]
+    folder = tmp_path_factory.mktemp("site")
+    old_db, path = folder / "old.db", folder / "probe.db"
+    result = run_cli("run", "--db", old_db, "--backend", FAKE_MPS, "--ops", "add,exp,histc",
+                     "--dtypes", "float16,float32", "--samples", 2, "--no-timing",
+                     "--workers", 2, "--json", env={"FAKE_MPS": json.dumps(OLD_FAULTS)})
+    assert result.exit_code == 0, result.output
+    old_run = json.loads(result.output[result.output.index("{"):])["run_id"]
+    source = sqlite3.connect(fake_db)  # the backup API sees what is still in the WAL
+    conn = sqlite3.connect(path)
+    source.backup(conn)
+    source.close()
+    conn.execute("PRAGMA journal_mode = DELETE")  # one self-contained file, as served
+    with conn:
+        # The other runs come in as they were recorded, with results, cases and ops.
+        for other in (old_db, cpu_db):
+            conn.execute("ATTACH DATABASE ? AS other", [str(other)])
+            for table in ("runs", "ops", "cases", "results", "pairs_done"):
+                conn.execute(f"INSERT OR IGNORE INTO {table} SELECT * FROM other.{table}")
+            conn.commit()
+            conn.execute("DETACH DATABASE other")
+        conn.execute("UPDATE runs SET torch_version = ?, torch_version_key = ?, os_name = 'macOS',"
+                     " os_version = ? WHERE id = ?",
+                     [OLD_TORCH, version_key(OLD_TORCH), OLD_OS, old_run])
+        conn.execute("UPDATE runs SET os_name = 'macOS', os_version = '14.4' "
+                     "WHERE device = 'fake-mps' AND id != ?", [old_run])
+    conn.close()
+    _built["path"] = str(path)
+    _built["old_run"] = old_run
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def site_db(tmp_path_factory, fake_mps_db, cpu_db):
+    return build_site_db(tmp_path_factory, fake_mps_db, cpu_db)
+
+
+@pytest.fixture(scope="module")
+def ds(site_db):
+    datasette = make_datasette(site_db)
+    asyncio.run(datasette.invoke_startup())
+    return datasette
+
+
+def get(ds, path):
+    async def fetch():
+        return await ds.client.get(path)
+    response = asyncio.run(fetch())
+    assert response.status_code == 200, (path, response.text[:2000])
+    return response
+
+
+def query_json(ds, db_path, name, **params):
+    params["_shape"] = "array"
+    return get(ds, f"/{database_name(db_path)}/{name}.json?{urllib.parse.urlencode(params)}").json()
+
+
+def runs_by_device(db_path):
+    return {r["device"]: r for r in rows(db_path, "SELECT * FROM runs ORDER BY started")}
+
+
+def fake_runs(db_path):
+    return rows(db_path, "SELECT * FROM runs WHERE device = 'fake-mps' ORDER BY torch_version_key")
+
+
+def matrix_cells(page):
+    """{(op, dtype): status} from the matrix HTML, reading each cell's link."""
+    cells = {}
+    for status, href in re.findall(r'<td class="st-(\w+)"><a href="([^"]+)"', page):
+        query = urllib.parse.parse_qs(urllib.parse.urlparse(html.unescape(href)).query)
+        cells[(query["op_id"][0], query["dtype"][0])] = status
+    return cells
+
+
+def db_cells(db_path, run_id):
+    return {(r["op_id"], r["dtype"]): r["status"] for r in rows(
+        db_path, "SELECT op_id, dtype, status FROM op_dtype_status WHERE run_id = ?", [run_id])}
+
+
+def test_every_page_and_query_answers(ds, site_db):
+    name = database_name(site_db)
+    ops = [r["id"] for r in rows(site_db, "SELECT id FROM ops")]
+    paths = ["/", f"/{name}", "/-/matrix", "/-/compare", "/mpsprobe-static/site.css",
+             f"/{name}/results", f"/{name}/op_dtype_status", f"/{name}/runs",
+             f"/{name}/results.csv", f"/{name}/op_dtype_status.json"]
+    paths += [f"/-/op/{urllib.parse.quote(op, safe='')}" for op in ops]
+    paths += [f"/{name}/{q}" for q in ("fallbacks", "unsupported_for_dtype", "slowest_vs_cpu",
+                                       "first_pass_version", "check_ops", "search", "cell_cases")]
+    for path in paths:
+        get(ds, path)
+
+
+def test_matrix_shows_every_measured_cell_with_its_status(ds, site_db):
+    for run in rows(site_db, "SELECT id FROM runs"):
+        page = get(ds, f"/-/matrix?run={run['id']}").text
+        expected = db_cells(site_db, run["id"])
+        assert matrix_cells(page) == expected
+        for status in set(expected.values()):  # the legend counts what is shown
+            n = sum(s == status for s in expected.values())
+            assert re.search(rf'st-{status}">{status}</span> <small>{n}</small>', page)
+
+
+def test_fixture_covers_the_statuses_the_site_colours(site_db):
+    present = {r["status"] for r in rows(site_db, "SELECT DISTINCT status FROM results")}
+    assert {"pass", "fallback", "mismatch", "unsupported", "crash", "timeout"} <= present
+
+
+def test_matrix_defaults_to_the_newest_non_cpu_run(ds, site_db):
+    newest = rows(site_db, "SELECT id FROM runs WHERE device != 'cpu' ORDER BY started DESC")[0]
+    assert matrix_cells(get(ds, "/-/matrix").text) == db_cells(site_db, newest["id"])
+
+
+def test_matrix_picks_a_run_by_torch_os_and_device(ds, site_db):
+    old = rows(site_db, "SELECT id FROM runs WHERE torch_version = ?", [OLD_TORCH])[0]
+    page = get(ds, f"/-/matrix?torch={OLD_TORCH[:3]}&os=14&device=fake-mps").text
+    assert matrix_cells(page) == db_cells(site_db, old["id"])
+
+
+def test_matrix_filters_by_op_and_status(ds, site_db):
+    run = fake_runs(site_db)[-1]["id"]
+    cells = db_cells(site_db, run)
+    by_op = matrix_cells(get(ds, f"/-/matrix?run={run}&op=hist").text)
+    assert by_op == {k: v for k, v in cells.items() if "hist" in k[0]}
+    glob = matrix_cells(get(ds, f"/-/matrix?run={run}&op=e*").text)
+    assert glob == {k: v for k, v in cells.items() if k[0].startswith("e")}
+    for status in ("unsupported", "crash"):
+        shown = {op for op, _ in matrix_cells(
+            get(ds, f"/-/matrix?run={run}&status={status}").text)}
+        assert shown == {op for (op, _), s in cells.items() if s == status}
+
+
+def test_cell_link_lists_the_cases_behind_it(ds, site_db):
+    run = fake_runs(site_db)[-1]["id"]
+    for (op_id, dtype) in db_cells(site_db, run):
+        got = query_json(ds, site_db, "cell_cases", run_id=run, op_id=op_id, dtype=dtype)
+        want = rows(site_db, "SELECT case_id, status, message FROM results WHERE run_id = ? "
+                    "AND op_id = ? AND dtype = ?", [run, op_id, dtype])
+        assert sorted((r["case_id"], r["status"], r["message"]) for r in got) == \
+            sorted((r["case_id"], r["status"], r["message"]) for r in want)
+        assert all(r["sample"] for r in got)
+
+
+def test_op_page_shows_history_across_versions(ds, site_db):
+    runs = rows(site_db, "SELECT * FROM runs")
+    for op in ("exp", "add", "histc"):
+        page = get(ds, f"/-/op/{op}").text
+        measured = rows(site_db, "SELECT DISTINCT run_id FROM op_dtype_status WHERE op_id = ?", [op])
+        for run in runs:
+            if run["id"] in {m["run_id"] for m in measured}:
+                assert f"torch {run['torch_version']}" in page
+        statuses = {r["status"] for r in rows(
+            site_db, "SELECT status FROM op_dtype_status WHERE op_id = ?", [op])}
+        for status in statuses:
+            assert f'class="st-{status}"' in page
+
+
+def test_op_page_says_since_when_an_op_works(ds, site_db):
+    fake = fake_runs(site_db)
+    old, new = fake[0], fake[-1]
+    for dtype in ("float16", "float32"):
+        before = db_cells(site_db, old["id"])[("exp", dtype)]
+        after = db_cells(site_db, new["id"])[("exp", dtype)]
+        page = html.unescape(get(ds, "/-/op/exp").text)
+        line = re.search(rf"<strong>{dtype}</strong> on fake-mps: ([^<]*)</li>", page).group(1)
+        if before not in WORKING and after in WORKING:
+            assert line == f"works since torch {new['torch_version']}"
+        elif after not in WORKING:
+            assert line.startswith(f"{after} in torch {new['torch_version']}")
+
+
+def test_compare_lists_only_differing_cells_with_regressions_and_fixes(ds, site_db):
+    devices = runs_by_device(site_db)
+    cpu, fake = devices["cpu"]["id"], fake_runs(site_db)[-1]["id"]
+    a, b = db_cells(site_db, cpu), db_cells(site_db, fake)
+    differing = {k for k in a.keys() | b.keys() if a.get(k) != b.get(k)}
+    page = get(ds, f"/-/compare?a={cpu}&b={fake}").text
+    shown = re.findall(r'<tr class="mp-(\w+)"><th><a href="[^"]+">([^<]+)</a></th><td>(\w+)</td>', page)
+    assert {(op, dtype) for _, op, dtype in shown} == differing
+    for kind, op, dtype in shown:
+        before, after = a.get((op, dtype)), b.get((op, dtype))
+        if before in WORKING and after is not None and after not in WORKING:
+            assert kind == "regression"
+    # The other way round, every regression becomes a fix.
+    back = get(ds, f"/-/compare?a={fake}&b={cpu}").text
+    back_kinds = dict(((op, dt), k) for k, op, dt in re.findall(
+        r'<tr class="mp-(\w+)"><th><a href="[^"]+">([^<]+)</a></th><td>(\w+)</td>', back))
+    for kind, op, dtype in shown:
+        if kind == "regression":
+            assert back_kinds[(op, dtype)] == "fix"
+
+
+def test_canned_fallbacks_and_unsupported(ds, site_db):
+    got = query_json(ds, site_db, "fallbacks")
+    want = rows(site_db, "SELECT run_id, op_id, dtype FROM op_dtype_status WHERE n_fallback > 0")
+    assert want and sorted((r["run_id"], r["op_id"], r["dtype"]) for r in got) == \
+        sorted((r["run_id"], r["op_id"], r["dtype"]) for r in want)
+    got = query_json(ds, site_db, "unsupported_for_dtype", dtype="float16")
+    want = rows(site_db, "SELECT run_id, op_id FROM op_dtype_status "
+                "WHERE status = 'unsupported' AND dtype = 'float16'")
+    assert want and sorted((r["run_id"], r["op_id"]) for r in got) == \
+        sorted((r["run_id"], r["op_id"]) for r in want)
+
+
+def test_canned_slowest_vs_cpu(ds, site_db):
+    got = query_json(ds, site_db, "slowest_vs_cpu")
+    want = rows(site_db, "SELECT run_id, op_id, dtype, mean_speedup FROM op_dtype_status "
+                "WHERE mean_speedup < 1 ORDER BY mean_speedup")
+    assert [(r["run_id"], r["op_id"], r["dtype"]) for r in got] == \
+        [(r["run_id"], r["op_id"], r["dtype"]) for r in want]
+
+
+def test_canned_first_pass_version(ds, site_db):
+    got = query_json(ds, site_db, "first_pass_version")
+    measured = rows(site_db, "SELECT s.op_id, s.dtype, r.device, r.torch_version, s.status "
+                    "FROM op_dtype_status s JOIN runs r ON r.id = s.run_id")
+    firsts = {}
+    for m in sorted(measured, key=lambda m: version_key(m["torch_version"])):
+        if m["status"] == "pass":
+            firsts.setdefault((m["op_id"], m["dtype"], m["device"]), m["torch_version"])
+    shown = {}
+    for r in got:
+        key = (r["op_id"], r["dtype"], r["device"])
+        if r["first_pass_torch"]:
+            shown[key] = min(shown.get(key, r["first_pass_torch"]), r["first_pass_torch"],
+                             key=version_key)
+    assert shown == firsts
+
+
+def test_canned_check_ops_takes_a_pasted_list(ds, site_db):
+    newest = rows(site_db, "SELECT id FROM runs ORDER BY started DESC")[0]["id"]
+    got = query_json(ds, site_db, "check_ops", ops="add, histc\nno_such_op")
+    cells = db_cells(site_db, newest)
+    assert {(r["op_id"], r["dtype"], r["status"]) for r in got if r["status"]} == \
+        {(op, dt, s) for (op, dt), s in cells.items() if op in ("add", "histc")}
+    assert [r for r in got if r["op_id"] == "no_such_op"][0]["status"] is None
+
+
+def test_search_finds_ops_aten_ops_and_messages(ds, site_db):
+    got = query_json(ds, site_db, "search", q="histc")
+    kinds = {r["kind"] for r in got}
+    assert kinds == {"op", "aten op", "message"}
+    messages = rows(site_db, "SELECT DISTINCT op_id, dtype, status, message FROM results "
+                    "WHERE message LIKE '%histc%'")
+    assert {(r["op_id"], r["dtype"], r["status"]) for r in got if r["kind"] == "message"} == \
+        {(m["op_id"], m["dtype"], m["status"]) for m in messages}
+
+
+def test_csv_export_still_works(ds, site_db):
+    text = get(ds, f"/{database_name(site_db)}/fallbacks.csv").text
+    lines = text.strip().splitlines()
+    assert lines[0].startswith("op_id,dtype,status")
+    assert len(lines) - 1 == len(rows(site_db, "SELECT 1 FROM op_dtype_status WHERE n_fallback > 0"))
+
+
+def test_status_colours_in_plain_table_views(ds, site_db):
+    name = database_name(site_db)
+    for status in {r["status"] for r in rows(site_db, "SELECT DISTINCT status FROM results")}:
+        page = get(ds, f"/{name}/results?status={status}").text
+        assert f'<span class="st st-{status}">{status}</span>' in page
+    page = get(ds, f"/{name}/fallbacks").text
+    assert '<span class="st st-fallback">fallback</span>' in page
+
+
+def test_declared_status_is_a_matrix_choice_and_looks_different(ds, site_db, tmp_path):
+    path = tmp_path / "declared.db"
+    shutil.copy(site_db, path)
+    conn = sqlite3.connect(path)
+    with conn:
+        conn.executemany("INSERT INTO declared (torch_version, device, op_id, dtype, status, "
+                         "source, note) VALUES ('2.9.0', 'mps', ?, ?, ?, 'test', NULL)",
+                         [("add", "float16", "pass"), ("histc", "float16", "unsupported")])
+    conn.close()
+    datasette = make_datasette(path)
+    asyncio.run(datasette.invoke_startup())
+    page = get(datasette, "/-/matrix").text
+    assert "declared: torch 2.9.0 · mps" in page
+    page = get(datasette, "/-/matrix?run=declared:2.9.0:mps").text
+    assert '<table class="mp-matrix declared">' in page
+    cells = re.findall(r'<td class="st-(\w+)"><a href="[^"]*declared[^"]*"', page)
+    assert sorted(cells) == ["pass", "unsupported"]
+
+
+def test_pages_work_without_the_optional_views(site_db, tmp_path):
+    path = tmp_path / "bare.db"
+    shutil.copy(site_db, path)
+    conn = sqlite3.connect(path)
+    with conn:
+        for view in ("op_firsts", "op_history"):
+            conn.execute(f"DROP VIEW IF EXISTS {view}")
+        conn.execute("DROP TABLE IF EXISTS declared")
+    conn.close()
+    datasette = make_datasette(path)
+    asyncio.run(datasette.invoke_startup())
+    run = fake_runs(str(path))[-1]["id"]
+    assert matrix_cells(get(datasette, f"/-/matrix?run={run}").text) == db_cells(str(path), run)
+    for page in ("/-/op/exp", "/-/compare", f"/{database_name(str(path))}/first_pass_version"):
+        get(datasette, page)
+
+
+def test_site_never_writes_the_database(site_db, ds):
+    digest = hashlib.sha256(open(site_db, "rb").read()).hexdigest()
+    for path in ("/-/matrix", "/-/op/add", "/-/compare", f"/{database_name(site_db)}/results"):
+        get(ds, path)
+    assert hashlib.sha256(open(site_db, "rb").read()).hexdigest() == digest
+    databases = get(ds, "/-/databases.json").json()
+    assert [d["is_mutable"] for d in databases if d["name"] == database_name(site_db)] == [False]
+    assert get(ds, "/-/settings.json").json()["sql_time_limit_ms"] > 0
+
+
+def test_serve_refuses_what_it_cannot_show(tmp_path):
+    result = run_cli("serve", tmp_path / "missing.db")
+    assert result.exit_code == 2 and "does not exist" in result.output
+    not_db = tmp_path / "notes.db"
+    not_db.write_text("hello")
+    result = run_cli("serve", not_db)
+    assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1
+
+
+def test_publish_passes_the_site_files_to_datasette(site_db):
+    result = run_cli("publish", site_db, "cloudrun", "--dry-run", "--", "--service", "probe")
+    assert result.exit_code == 0, result.output
+    command = result.output.split()
+    assert command[1:4] == ["publish", "cloudrun", site_db]
+    for flag in ("--metadata", "--template-dir", "--plugins-dir", "--static"):
+        assert flag in command
+    assert command[-2:] == ["--service", "probe"]
+    metadata = json.load(open(command[command.index("--metadata") + 1]))
+    assert metadata["plugins"]["mpsprobe"]["statuses"] == list(STATUSES)
+    assert database_name(site_db) in metadata["databases"]
