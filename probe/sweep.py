@@ -76,6 +76,39 @@ def worker_env(options):
     return env
 
 
+def _check_writable(path):
+    """Refuse, before any worker starts, a database that exists but cannot be written."""
+    if not os.path.isfile(path):
+        return
+    directory = os.path.dirname(os.path.abspath(path))
+    if not os.access(path, os.W_OK):
+        raise SweepError(f"{path} is not writable")
+    if not os.access(directory, os.W_OK):
+        raise SweepError(f"cannot record into {path}: its directory {directory} is not "
+                         "writable (SQLite keeps its journal next to the database)")
+
+
+def _recording_now(run, env):
+    """True when a live mpsprobe process on this host is recording `run` right now."""
+    pid = run.get("pid")
+    if (run["state"] != "running" or not pid or pid == os.getpid()
+            or run.get("hostname") != env.get("hostname")):
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # alive, another user's
+    if not os.path.isdir("/proc/self"):
+        return True
+    try:  # where /proc exists, tell mpsprobe from a reused pid or an unreaped corpse
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return b"mpsprobe" in f.read()
+    except OSError:
+        return False
+
+
 class Sweep:
     """Prepare (validate everything, write nothing), then run."""
 
@@ -95,6 +128,7 @@ class Sweep:
         options = self.options
         if options.samples < 1:
             raise SweepError("--samples must be at least 1")
+        _check_writable(options.db_path)
         try:
             schema.inspect(options.db_path)
         except schema.DatabaseError as e:
@@ -112,23 +146,41 @@ class Sweep:
     def open(self):
         """Open the DB and start or resume the run; returns the pairs still to do."""
         options = self.options
-        db = schema.open_db(options.db_path)
+        try:
+            db = schema.open_db(options.db_path)
+        except schema.DatabaseError as e:
+            self.pool.close()
+            raise SweepError(str(e)) from None
         key = run_key(self.env, options)
-        previous = latest_unfinished(db) if options.resume else (
-            None if options.fresh else find_resumable(db, key))
-        if options.resume and previous is None:
-            raise SweepError(f"{options.db_path} has no unfinished run to resume")
-        if previous is not None and previous["run_key"] != key:
-            raise SweepError("the unfinished run was made with other options or another "
-                             "torch/device; re-run with the same options, or use --fresh")
-        if previous is not None:
-            self.writer = RunWriter.resume(db, previous, os.getpid())
-            self.resumed = True
-        else:
-            options_record = {k: v for k, v in asdict(options).items()
-                              if k not in ("resume", "fresh", "db_path")}
-            self.writer = RunWriter.start(db, key, self.env, options_record,
-                                          mpsprobe.__version__, os.getpid())
+        # Choosing the run and claiming it happen under SQLite's write lock, so
+        # two processes started at once cannot both start (or both resume) it.
+        db.conn.execute("BEGIN IMMEDIATE")
+        try:
+            previous = latest_unfinished(db) if options.resume else (
+                None if options.fresh else find_resumable(db, key))
+            if options.resume and previous is None:
+                raise SweepError(f"{options.db_path} has no unfinished run to resume")
+            if previous is not None and previous["run_key"] != key:
+                raise SweepError("the unfinished run was made with other options or another "
+                                 "torch/device; re-run with the same options, or use --fresh")
+            if previous is not None and _recording_now(previous, self.env):
+                raise SweepError(
+                    f"run {previous['id']} is being recorded right now by process "
+                    f"{previous['pid']} on this host; wait for it to finish (it records the "
+                    f"same cases), or use --fresh for a separate run")
+            if previous is not None:
+                self.writer = RunWriter.resume(db, previous, os.getpid())
+                self.resumed = True
+            else:
+                options_record = {k: v for k, v in asdict(options).items()
+                                  if k not in ("resume", "fresh", "db_path")}
+                self.writer = RunWriter.start(db, key, self.env, options_record,
+                                              mpsprobe.__version__, os.getpid())
+        except BaseException:
+            if db.conn.in_transaction:
+                db.conn.rollback()
+            self.pool.close()
+            raise
         done_pairs, done_cases = self.writer.done()
         todo = []
         for pair in self.pairs:
