@@ -142,15 +142,30 @@ def _check_file(path):
         raise DatabaseError(f"{path} is a directory, not a database file")
     if os.path.exists(path):
         with open(path, "rb") as f:
-            head = f.read(16)
-        if head and head != b"SQLite format 3\x00":
+            head = f.read(100)
+        if head and head[:16] != b"SQLite format 3\x00":
             raise DatabaseError(f"{path} is not an SQLite database")
+        _check_length(path, head)
         return
     parent = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(parent):
         raise DatabaseError(f"cannot create {path}: directory {parent} does not exist")
     if not os.access(parent, os.W_OK):
         raise DatabaseError(f"cannot create {path}: directory {parent} is not writable")
+
+
+def _check_length(path, head):
+    """Refuse a file shorter than its own header says: SQLite only notices lost
+    pages when it reads them, so a truncated database could be written to."""
+    if len(head) < 100:
+        return
+    page_size = int.from_bytes(head[16:18], "big")
+    page_size = 65536 if page_size == 1 else page_size
+    pages = int.from_bytes(head[28:32], "big")
+    # The header's page count is only valid when these two counters agree.
+    if pages and head[24:28] == head[92:96] and os.path.getsize(path) < pages * page_size:
+        raise DatabaseError(f"{path} is truncated: {os.path.getsize(path)} bytes, its header "
+                            f"says {pages * page_size}")
 
 
 def inspect(path):
