@@ -91,46 +91,58 @@ SELECT s.op_id, s.dtype, r.device, r.os_name, r.os_major,
 FROM op_dtype_status AS s
 JOIN (SELECT *, {_os_major()} AS os_major FROM runs) AS r ON r.id = s.run_id""")
     group = "op_id, dtype, device, os_name, os_major"
-    same = " AND ".join(f"v.{c} IS g.{c}" for c in group.split(", "))
+    runs_with_major = f"(SELECT *, {_os_major()} AS os_major FROM runs)"
+    # The history of one group, as JSON, from a per-version roll-up of its
+    # results. It is a correlated subquery under a single GROUP BY, so a
+    # filter on op_id (what a page asks) reaches the results index: one op's
+    # history takes milliseconds in a large DB. The worst status over every
+    # sample of every run at a version equals the worst of op_history's rows.
+    history_json = f"""(SELECT json_object(
+      'first_pass_key', min(CASE WHEN status = 'pass' THEN key END),
+      'last_fail_key', max(CASE WHEN status IN {_in(FAILING)} THEN key END),
+      'first_seen_key', min(key), 'latest_key', max(key),
+      'latest', max(key || '|' || status), 'n_versions', count(*),
+      'statuses', json(json_group_object(version, status)),
+      'names', json(json_group_object(key, version)),
+      'pass_keys', json(json_group_array(CASE WHEN status = 'pass' THEN key END)))
+    FROM (
+      SELECT r.torch_version_key AS key, max(r.torch_version) AS version,
+        {_worst('res.status')} AS status
+      FROM results AS res JOIN {runs_with_major} AS r ON r.id = res.run_id
+      WHERE res.op_id = g.op_id AND res.dtype = g.dtype AND r.device IS g.device
+        AND r.os_name IS g.os_name AND r.os_major IS g.os_major
+        AND r.torch_version_key IS NOT NULL
+      GROUP BY r.torch_version_key ORDER BY r.torch_version_key))"""
+
+    def name_of(key):  # the torch version string recorded for a version key
+        return f"json_extract(h, '$.names.\"' || {key} || '\"')"
+    since = ("(SELECT min(value) FROM json_each(h, '$.pass_keys') "
+             "WHERE value > coalesce(json_extract(h, '$.last_fail_key'), ''))")
     db.execute(f"""
 CREATE VIEW op_firsts AS
-WITH per_version AS (
-  SELECT {group}, torch_version_key, max(torch_version) AS torch_version,
-    {_worst()} AS status, count(*) AS n_runs
-  FROM op_history WHERE torch_version_key IS NOT NULL
-  GROUP BY {group}, torch_version_key
-  ORDER BY {group}, torch_version_key
-),
-grouped AS (
-  SELECT {group},
-    min(CASE WHEN status = 'pass' THEN torch_version_key END) AS first_pass_key,
-    max(CASE WHEN status IN {_in(FAILING)} THEN torch_version_key END) AS last_fail_key,
-    min(torch_version_key) AS first_seen_key,
-    max(torch_version_key) AS latest_key,
-    count(*) AS n_versions,
-    json_group_object(torch_version, status) AS statuses
-  FROM per_version GROUP BY {group}
-),
-versions AS (
-  SELECT torch_version_key AS key, max(torch_version) AS version
-  FROM runs WHERE torch_version_key IS NOT NULL GROUP BY torch_version_key
-)
-SELECT g.op_id, g.dtype, g.device, g.os_name, g.os_major,
-  fp.version AS first_pass_torch,
-  lf.version AS last_fail_torch,
-  (SELECT v.torch_version FROM per_version AS v WHERE {same}
-     AND v.status = 'pass' AND v.torch_version_key > coalesce(g.last_fail_key, '')
-     ORDER BY v.torch_version_key LIMIT 1) AS passing_since_torch,
-  lv.torch_version AS latest_torch, lv.status AS latest_status,
-  fs.version AS first_seen_torch,
-  g.last_fail_key > g.first_pass_key AS regressed,
-  g.n_versions, g.statuses,
-  g.first_pass_key, g.last_fail_key, g.latest_key
-FROM grouped AS g
-LEFT JOIN versions AS fp ON fp.key = g.first_pass_key
-LEFT JOIN versions AS lf ON lf.key = g.last_fail_key
-LEFT JOIN versions AS fs ON fs.key = g.first_seen_key
-JOIN per_version AS lv ON {same.replace('v.', 'lv.')} AND lv.torch_version_key = g.latest_key""")
+SELECT {group},
+  {name_of("json_extract(h, '$.first_pass_key')")} AS first_pass_torch,
+  {name_of("json_extract(h, '$.last_fail_key')")} AS last_fail_torch,
+  {name_of(since)} AS passing_since_torch,
+  {name_of("json_extract(h, '$.latest_key')")} AS latest_torch,
+  substr(json_extract(h, '$.latest'), instr(json_extract(h, '$.latest'), '|') + 1)
+    AS latest_status,
+  {name_of("json_extract(h, '$.first_seen_key')")} AS first_seen_torch,
+  json_extract(h, '$.last_fail_key') > json_extract(h, '$.first_pass_key') AS regressed,
+  json_extract(h, '$.n_versions') AS n_versions,
+  json_extract(h, '$.statuses') AS statuses,
+  json_extract(h, '$.first_pass_key') AS first_pass_key,
+  json_extract(h, '$.last_fail_key') AS last_fail_key,
+  json_extract(h, '$.latest_key') AS latest_key
+FROM (
+  SELECT DISTINCT g.*, {history_json} AS h  -- DISTINCT: evaluate h once a row, not once a use
+  FROM (
+    SELECT res.op_id, res.dtype, r.device, r.os_name, r.os_major
+    FROM results AS res JOIN {runs_with_major} AS r ON r.id = res.run_id
+    WHERE r.torch_version_key IS NOT NULL
+    GROUP BY res.op_id, res.dtype, r.device, r.os_name, r.os_major
+  ) AS g
+)""")
     db.execute(f"""
 CREATE VIEW run_sweeps AS
 SELECT id AS run_id, {_sweep_id_sql()} AS sweep_id,
