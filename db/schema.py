@@ -159,6 +159,9 @@ def _check_length(path, head):
     pages when it reads them, so a truncated database could be written to."""
     if len(head) < 100:
         return
+    wal = f"{path}-wal"
+    if os.path.exists(wal) and os.path.getsize(wal) > 0:
+        return  # a checkpoint in progress writes page 1 first: the file may lag its header
     page_size = int.from_bytes(head[16:18], "big")
     page_size = 65536 if page_size == 1 else page_size
     pages = int.from_bytes(head[28:32], "big")
