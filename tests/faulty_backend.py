@@ -1,0 +1,139 @@
+"""FAULTY: a test-only target whose ops take down, or scribble over, the worker.
+
+It is NOT a measurement of anything. It reproduces what a buggy device
+driver or kernel can do to the process running a case, so the tests can
+check that each such case costs that case alone:
+
+- "segfault":  reads address 0 (SIGSEGV, as a bad kernel launch can);
+- "oom":       allocates under a bounded address space (RLIMIT_AS, a few
+               hundred MiB above what the worker already maps) until an
+               allocation fails, then dies by SIGKILL as the kernel's OOM
+               killer would kill it; the machine's memory is never at risk;
+- "oom_raise": the same allocation, but the failure is left to surface as
+               MemoryError (the worker survives, the limit is restored);
+- "exit":      the process exits with status 3 mid-case;
+- "garbage":   writes binary junk and protocol-looking lines to the
+               process's stdout and stderr (fd 1 and 2), then runs normally;
+- "wait":      blocks until the file "go" appears in once_dir (at most
+               two minutes), so a test can hold a sweep in the middle.
+
+FAULTY (JSON) maps aten op names to a fault, e.g. {"aten::sin": "segfault"};
+with "once_dir": PATH each fault fires on the first case that reaches it
+only (a marker file per aten op), so the rest of the pair must still run.
+
+Use: mpsprobe run --backend tests/faulty_backend.py --ops ...
+"""
+import ctypes
+import json
+import os
+import resource
+import signal
+import time
+
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from mpsprobe.capture import aten_name
+from mpsprobe.devices import Target
+
+ADDRESS_SPACE_HEADROOM = 256 << 20
+CHUNK = 16 << 20
+GARBAGE = (b"\x00\xff\xfe garbage \x1b[31m\n"
+           b'{"type": "result", "index": 99, "status": "pass"}\n'
+           b'{"type": "pair_done", "n_cases": 1}\n'
+           b"{not json\n")
+
+
+def _mapped_bytes():
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmSize:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError("no VmSize in /proc/self/status")
+
+
+def _allocate_until_refused():
+    """Touch memory in chunks under a bounded address space; returns once refused."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    resource.setrlimit(resource.RLIMIT_AS, (_mapped_bytes() + ADDRESS_SPACE_HEADROOM, hard))
+    held = []
+    try:
+        while True:
+            held.append(bytearray(CHUNK))  # zero-filled: the pages are really touched
+    except MemoryError:
+        pass
+    finally:
+        del held
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+
+
+def _wait_for(path, limit_s=120.0):
+    deadline = time.monotonic() + limit_s
+    while not os.path.exists(path) and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def _fire(fault, once_dir):
+    if fault == "wait":
+        _wait_for(os.path.join(once_dir, "go"))
+    elif fault == "segfault":
+        ctypes.string_at(0)
+    elif fault == "oom":
+        _allocate_until_refused()
+        os.kill(os.getpid(), signal.SIGKILL)
+    elif fault == "oom_raise":
+        _allocate_until_refused()
+        raise MemoryError("allocation refused under RLIMIT_AS")
+    elif fault == "exit":
+        os._exit(3)
+    elif fault == "garbage":
+        for fd in (1, 2):
+            os.write(fd, GARBAGE * 64)
+        os.write(2, os.urandom(1 << 16))
+    else:
+        raise ValueError(f"unknown fault {fault!r}")
+
+
+class FaultMode(TorchDispatchMode):
+    def __init__(self, faults, once_dir):
+        super().__init__()
+        self.faults = faults
+        self.once_dir = once_dir
+
+    def _first_time(self, name):
+        if not self.once_dir:
+            return True
+        try:
+            os.close(os.open(os.path.join(self.once_dir, name.replace(":", "_")),
+                             os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+            return True
+        except FileExistsError:
+            return False
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = aten_name(func)
+        fault = self.faults.get(name)
+        if fault and self._first_time(name):
+            _fire(fault, self.once_dir)
+        return func(*args, **(kwargs or {}))
+
+
+class Faulty(Target):
+    """The CPU, with faults injected per aten op. Results are filed under 'faulty'."""
+
+    def __init__(self):
+        super().__init__("cpu")
+        self.name = "faulty"
+        config = json.loads(os.environ.get("FAULTY", "{}"))
+        self.once_dir = config.pop("once_dir", None)
+        self.faults = config
+
+    @property
+    def device_name(self):
+        return "FAULTY (test backend on the CPU)"
+
+    def context(self):
+        return FaultMode(self.faults, self.once_dir)
+
+
+def make_target():
+    return Faulty()
