@@ -362,3 +362,15 @@ def test_publish_passes_the_site_files_to_datasette(site_db):
     metadata = json.load(open(command[command.index("--metadata") + 1]))
     assert metadata["plugins"]["mpsprobe"]["statuses"] == list(STATUSES)
     assert database_name(site_db) in metadata["databases"]
+
+
+def test_nav_links_the_other_plugin_pages_when_present(ds):
+    from mpsprobe.site import PLUGINS_DIR
+
+    page = get(ds, "/-/matrix").text
+    nav = re.search(r'<p class="mp-nav">(.*?)</p>', page, re.S).group(1)
+    for filename, label in (("check_ops.py", "Check ops"), ("findings.py", "Findings")):
+        if (PLUGINS_DIR / filename).exists():
+            href = re.search(rf'<a href="([^"]+)">{label}</a>', nav).group(1)
+            assert href.startswith("/-/")
+            get(ds, href)

@@ -568,10 +568,10 @@ def extra_css_urls(datasette):
     return [datasette.urls.path("/mpsprobe-static/site.css")]
 
 
-def check_page_path(datasette):
-    """The route of the `check` plugin (site/plugins/check_ops.py), if it is installed."""
+def plugin_page_path(filename):
+    """The page route of another plugin in site/plugins/ (e.g. check_ops.py), if loaded."""
     from datasette.plugins import pm
-    plugin = pm.get_plugin("check_ops.py")
+    plugin = pm.get_plugin(filename)
     if plugin is None or not hasattr(plugin, "register_routes"):
         return None
     for regex, _ in plugin.register_routes() or []:
@@ -586,6 +586,7 @@ def extra_template_vars(datasette):
     db = get_database(datasette)
     links = [("Matrix", "/-/matrix"), ("Compare", "/-/compare"),
              ("Search", f"/{db.name}/search"), ("Fallbacks", f"/{db.name}/fallbacks"),
-             ("Check ops", check_page_path(datasette) or f"/{db.name}/check_ops"),
+             ("Check ops", plugin_page_path("check_ops.py") or f"/{db.name}/check_ops"),
+             ("Findings", plugin_page_path("findings.py")),
              ("Queries", f"/{db.name}#queries"), ("Runs", f"/{db.name}/runs")]
-    return {"mpsprobe_nav": [(label, datasette.urls.path(path)) for label, path in links]}
+    return {"mpsprobe_nav": [(label, datasette.urls.path(path)) for label, path in links if path]}
