@@ -132,14 +132,15 @@ def _merge_table(src_conn, db, table, columns):
     quoted = ", ".join(f'"{c}"' for c in columns)
     sql = (f'INSERT OR IGNORE INTO "{table}" ({quoted}) '
            f"VALUES ({', '.join('?' for _ in columns)})")
-    before = db.conn.total_changes
+    added = 0
     cursor = src_conn.execute(f'SELECT {quoted} FROM "{table}"')
     while True:
         rows = cursor.fetchmany(5000)
         if not rows:
             break
-        db.conn.executemany(sql, rows)
-    return db.conn.total_changes - before
+        # rowcount counts this statement's rows only, not what triggers (the search index) write.
+        added += db.conn.executemany(sql, rows).rowcount
+    return added
 
 
 def _merge_one(src_conn, db, report):

@@ -13,7 +13,7 @@ from . import declared
 from .status import STATUSES
 
 APP = "mpsprobe"
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 
 class DatabaseError(Exception):
@@ -123,10 +123,15 @@ def _migrate_2(db):
     history.migrate_2(db)
 
 
+def _migrate_3(db):
+    from . import search
+    search.migrate_3(db)
+
+
 # Ordered: MIGRATIONS[i] takes a database from version i to version i + 1.
 # A step runs inside the migration's transaction: it must not commit (no
 # `with db.conn:`); nested sqlite-utils calls use savepoints, which is fine.
-MIGRATIONS = [_migrate_1, _migrate_2]
+MIGRATIONS = [_migrate_1, _migrate_2, _migrate_3]
 
 
 def _schema_version(db):

@@ -105,3 +105,9 @@ class RunWriter:
                 "counts": json.dumps(counts),
                 "wall_s": (self.run.get("wall_s") or 0.0) + wall_s})
         return total, counts
+
+    def close(self):
+        """Fold the write-ahead log into the database file and close it, so the
+        file alone is the whole database (to copy, publish or serve immutable)."""
+        self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        self.db.conn.close()

@@ -212,4 +212,5 @@ class Sweep:
                 state = "complete"
         finally:
             total, counts = self.writer.finish(state, time.monotonic() - started)
+            self.writer.close()
         return state, total, counts

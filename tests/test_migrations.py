@@ -66,12 +66,12 @@ def test_v1_database_is_migrated_with_its_data(tmp_path, monkeypatch):
     results_before = rows(path, "SELECT * FROM results ORDER BY run_id, case_id")
 
     result = run_cli("migrate", path)
-    assert result.exit_code == 0 and "schema version 1 -> 2" in result.output
-    assert schema.inspect(path) == schema.SCHEMA_VERSION == 2
+    assert result.exit_code == 0 and f"schema version 1 -> {schema.SCHEMA_VERSION}" in result.output
+    assert schema.inspect(path) == schema.SCHEMA_VERSION
     assert rows(path, "SELECT * FROM results ORDER BY run_id, case_id") == results_before
     keys = {r["id"]: r["torch_version_key"] for r in rows(path, "SELECT * FROM runs")}
     assert keys == {run_id: version_key(v[0]) for run_id, v in HISTORY.items()}
-    assert "already at schema version 2" in run_cli("migrate", path).output
+    assert f"already at schema version {schema.SCHEMA_VERSION}" in run_cli("migrate", path).output
 
 
 def test_history_views_compare_versions_as_versions(tmp_path, monkeypatch):
@@ -116,7 +116,7 @@ def test_failed_migration_leaves_the_database_unchanged(tmp_path, monkeypatch):
 
     monkeypatch.undo()
     schema.open_db(path).conn.close()   # and the real migration still succeeds afterwards
-    assert schema.inspect(path) == 2
+    assert schema.inspect(path) == schema.SCHEMA_VERSION
 
 
 def test_newer_schema_is_refused_untouched(tmp_path):

@@ -270,14 +270,34 @@ def test_canned_check_ops_takes_a_pasted_list(ds, site_db):
     assert [r for r in got if r["op_id"] == "no_such_op"][0]["status"] is None
 
 
-def test_search_finds_ops_aten_ops_and_messages(ds, site_db):
+def test_search_is_full_text_over_ops_aten_ops_and_messages(ds, site_db):
     got = query_json(ds, site_db, "search", q="histc")
-    kinds = {r["kind"] for r in got}
-    assert kinds == {"op", "aten op", "message"}
-    messages = rows(site_db, "SELECT DISTINCT op_id, dtype, status, message FROM results "
-                    "WHERE message LIKE '%histc%'")
-    assert {(r["op_id"], r["dtype"], r["status"]) for r in got if r["kind"] == "message"} == \
-        {(m["op_id"], m["dtype"], m["status"]) for m in messages}
+    expected = rows(site_db, "SELECT run_id, case_id FROM results WHERE op_id LIKE '%histc%' "
+                    "OR aten_op LIKE '%histc%' OR message LIKE '%histc%' "
+                    "OR fallback_ops LIKE '%histc%' OR aten_ops LIKE '%histc%'")
+    assert expected
+    assert {(r["run_id"], r["case_id"]) for r in got} == \
+        {(e["run_id"], e["case_id"]) for e in expected}
+    # Words of a message, in any order, and text that is not valid FTS syntax.
+    assert query_json(ds, site_db, "search", q="implemented MPS")
+    assert query_json(ds, site_db, "search", q='"unbalanced ( OR') == []
+    # Datasette's own table search uses the same index.
+    page = get(ds, f"/{database_name(site_db)}/results.json?_search=histc&_shape=array").json()
+    assert len(page) == len(expected)
+
+
+def test_search_without_the_index_falls_back_to_substrings(site_db, tmp_path):
+    path = tmp_path / "nofts.db"
+    shutil.copy(site_db, path)
+    conn = sqlite3.connect(path)
+    with conn:
+        for trigger in ("insert", "delete", "update"):
+            conn.execute(f"DROP TRIGGER results_fts_{trigger}")
+        conn.execute("DROP TABLE results_fts")
+    conn.close()
+    datasette = make_datasette(path)
+    got = query_json(datasette, str(path), "search", q="histc")
+    assert {r["kind"] for r in got} == {"op", "aten op", "message"}
 
 
 def test_csv_export_still_works(ds, site_db):

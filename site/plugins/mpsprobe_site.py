@@ -20,7 +20,7 @@ DTYPE_ORDER = ("bool", "uint8", "int8", "int16", "int32", "int64", "float16", "b
                "float32", "float64", "complex32", "complex64", "complex128")
 FALLBACK_STATUSES = ("skip", "pass", "fallback", "mismatch", "unsupported", "error",
                      "timeout", "crash")
-OPTIONAL_VIEWS = ("op_history", "op_firsts", "declared")
+OPTIONAL_VIEWS = ("op_history", "op_firsts", "declared", "results_fts")
 
 # ---------------------------------------------------------------------------- SQL
 
@@ -179,6 +179,15 @@ GROUP BY r.message, r.op_id, r.dtype, r.status
 ORDER BY 1 DESC, 3, 4 LIMIT 500""",
     },
 }
+
+# With the full-text index (schema 3 on), search ranks matches across op ids,
+# aten ops, fallbacks and messages; escape_fts makes any typed text a safe query.
+SQL_SEARCH_FTS = """
+SELECT r.op_id, r.dtype, r.status, r.aten_op, r.fallback_ops, r.message, r.run_id,
+       r.case_id
+FROM results_fts JOIN results r ON r.rowid = results_fts.rowid
+WHERE :q != '' AND results_fts MATCH escape_fts(:q)
+ORDER BY rank LIMIT 500"""
 
 # ---------------------------------------------------------------------------- helpers
 
@@ -544,9 +553,14 @@ def canned_queries(datasette, database):
 
     async def queries():
         chosen = dict(CANNED_QUERIES)
-        if "op_firsts" in await optional_views(db):
+        present = await optional_views(db)
+        if "op_firsts" in present:
             chosen["first_pass_version"] = dict(chosen["first_pass_version"],
                                                 sql=SQL_FIRST_PASS_FROM_VIEW)
+        if "results_fts" in present:
+            chosen["search"] = dict(chosen["search"], sql=SQL_SEARCH_FTS,
+                                    description="Full-text search over op names, the aten ops "
+                                                "they dispatch, fallbacks and error messages.")
         return {name: dict(q, sql=q["sql"].strip()) for name, q in chosen.items()}
     return queries
 
