@@ -1,0 +1,110 @@
+"""Harness overhead: the probe's wall time against the bare cost of the same op calls.
+
+The bare loop runs in ONE process with no isolation and no recording: load
+the OpInfo catalogue, make the same seeded samples, copy each to the target,
+call the op on the CPU and on the target, synchronise. That is the least any
+CPU-vs-device consistency check must do. The probe does the same cases in
+isolated workers, plus its float64 "truth" call, comparison, aten capture and
+one SQLite commit per result. Both are run without timing repetitions.
+
+    python benchmarks/harness_overhead.py --device cpu --samples 1 --shard 1/10
+    python benchmarks/harness_overhead.py --device cuda --samples 3 --workers 1,16
+
+Prints the bare loop's time split (start-up, samples, op calls) and, per
+probe worker count, the probe's wall time and the ratio probe / bare.
+Goal: a ratio of at most 1.5 for a full sweep with one worker.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import _common  # noqa: E402
+
+
+def bare(args):
+    """The bare loop (runs in a child process); prints its figures as JSON."""
+    started = time.perf_counter()
+    import warnings
+    warnings.simplefilter("ignore")  # deprecation chatter; the probe's workers log theirs
+    import torch
+    from mpsprobe.ops import opinfo, samples as sample_tools
+    from mpsprobe.sweep import in_shard
+    device = torch.device(args.device)
+    opinfos = opinfo.load_op_db()
+    pairs = [p for p in opinfo.list_pairs(_common.split(args.ops), _common.split(args.dtypes), opinfos)
+             if in_shard(p, _common.parse_shard(args.shard))]
+    ready = time.perf_counter()
+    sample_s = call_s = 0.0
+    cases = failures = 0
+    sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (
+        torch.mps.synchronize if device.type == "mps" else (lambda: None))
+    for pair in pairs:
+        t0 = time.perf_counter()
+        op = opinfo.find(opinfos, pair["op"])
+        try:
+            cases_here = opinfo.samples(op, opinfo.parse_dtype(pair["dtype"]), args.samples)
+        except Exception:
+            cases_here = []
+            failures += 1
+        t1 = time.perf_counter()
+        sample_s += t1 - t0
+        for sample in cases_here:
+            cases += 1
+            try:
+                inp, rest, kwargs = sample_tools.call_args(sample)
+                op.op(inp, *rest, **kwargs)
+                inp, rest, kwargs = sample_tools.to_device((inp, rest, kwargs), device)
+                op.op(inp, *rest, **kwargs)
+                sync()
+            except Exception:
+                failures += 1
+        call_s += time.perf_counter() - t1
+    wall = time.perf_counter() - started
+    print(json.dumps({"pairs": len(pairs), "cases": cases, "failures": failures, "wall_s": wall,
+                      "startup_s": ready - started, "samples_s": sample_s, "calls_s": call_s}))
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--samples", type=int, default=3)
+    parser.add_argument("--workers", default="1", help="comma-separated probe worker counts")
+    parser.add_argument("--ops", default="")
+    parser.add_argument("--dtypes", default="")
+    parser.add_argument("--shard", default=None, help="I/N: only this slice of the pairs")
+    parser.add_argument("--bare", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.bare:
+        return bare(args)
+
+    print(_common.machine_line())
+    command = [sys.executable, os.path.abspath(__file__), "--bare", "--device", args.device,
+               "--samples", str(args.samples), "--ops", args.ops, "--dtypes", args.dtypes]
+    if args.shard:
+        command += ["--shard", args.shard]
+    b = json.loads(subprocess.run(command, stdout=subprocess.PIPE, text=True, check=True)
+                   .stdout.strip().splitlines()[-1])
+    print(f"bare loop ({args.device}, samples {args.samples}, shard {args.shard or 'all'}): "
+          f"{b['pairs']} pairs, {b['cases']} cases in {b['wall_s']:.1f} s = start-up "
+          f"{b['startup_s']:.1f} s + samples {b['samples_s']:.1f} s + op calls {b['calls_s']:.1f} s "
+          f"({b['failures']} raised)", flush=True)
+    print("| device | samples | shard | workers | cases | bare s | probe s | probe / bare "
+          "| probe after start-up / bare after start-up |\n|---|---|---|---|---|---|---|---|---|")
+    for workers in [int(w) for w in _common.split(args.workers)]:
+        p = _common.run_sweep(device=args.device, ops=_common.split(args.ops),
+                              dtypes=_common.split(args.dtypes), samples=args.samples,
+                              timing=False, workers=workers, shard=_common.parse_shard(args.shard))
+        os.remove(p["db"])
+        steady = (p["wall_s"] - p["startup_s"]) / max(1e-9, b["wall_s"] - b["startup_s"])
+        print(f"| {args.device} | {args.samples} | {args.shard or 'all'} | {workers} | {p['cases']} "
+              f"| {b['wall_s']:.1f} | {p['wall_s']:.1f} | {p['wall_s'] / b['wall_s']:.2f} "
+              f"| {steady:.2f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
