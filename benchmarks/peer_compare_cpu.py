@@ -13,7 +13,9 @@ This script, in one invocation:
 and prints both wall times, their ratio, and what each recorded.
 
 test_ops.py is not in the torch wheel; get the file for your torch version
-(it needs nothing else from test/: its imports come from torch.testing._internal):
+(it needs nothing else from test/: its imports come from torch.testing._internal),
+or leave --test-ops out to run compare_cpu_like_pytorch.py, the same check
+written on PyTorch's own test harness:
 
     curl -LO https://raw.githubusercontent.com/pytorch/pytorch/v2.11.0/test/test_ops.py
 
@@ -116,7 +118,10 @@ def run_pytorch(test_ops, names, folder):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--test-ops", required=True, help="path to PyTorch's test/test_ops.py")
+    parser.add_argument("--test-ops", default=os.path.join(HERE, "compare_cpu_like_pytorch.py"),
+                        help="path to PyTorch's test/test_ops.py for the installed torch "
+                             "(default: compare_cpu_like_pytorch.py, the same check on "
+                             "PyTorch's harness, for when that file cannot be had)")
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--workers", type=int, default=0, help="mpsprobe workers (0: one per core)")
     parser.add_argument("--samples", type=int, default=3, help="mpsprobe samples per (op, dtype)")
