@@ -15,7 +15,13 @@ DTYPE_REFUSED = re.compile(
     r"(MPS|mps).*(does not support|doesn't support|not supported|unsupported)"
     r"|(does not support|doesn't support|not supported|unsupported).*(MPS|mps)"
     r"|does not have support for that dtype|Unsupported dtype|unsupported dtype"
-    r"|not supported for (dtype|type)|supports? only")
+    r"|not supported for (dtype|type)|supports? only"
+    # dtype names as ATen prints them: "... not supported for Long", "HalfTensor is not supported"
+    r"|(not supported|not implemented) for '?(Bool|Byte|Char|Short|Int|Long|Half|BFloat16|Float|"
+    r"Double|ComplexHalf|ComplexFloat|ComplexDouble|UInt\d+|Float8\w*)\b"
+    r"|\b(Bool|Byte|Char|Short|Int|Long|Half|BFloat16|Float|Double|Complex\w*)Tensor is not supported")
+# An argument the op needs on the CPU, whatever device its input is on.
+WANTS_CPU_ARGUMENT = re.compile(r"expected \w+ to be on cpu|must be on (the )?cpu", re.IGNORECASE)
 
 
 def fallback_ops(messages):

@@ -26,6 +26,8 @@ def test_missing_kernel_on_any_backend():
 
 def test_dtype_refusals_are_unsupported():
     for text in ('"addmm_cuda" not implemented for \'ComplexHalf\'',
+                 "getCudnnDataTypeFromScalarType() not supported for Long",
+                 "HalfTensor is not supported",
                  "Cannot convert a MPS Tensor to float64 dtype as the MPS framework doesn't "
                  "support float64. Please use float32 instead."):
         assert classify_error(RuntimeError(text))[0] == "unsupported"
