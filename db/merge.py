@@ -173,11 +173,8 @@ def merge(sources, target, say=lambda text: None):
         raise MergeError(f"cannot write the output: {e}") from None
     reports = []
     scratch = tempfile.mkdtemp(prefix="mpsprobe-merge-")
-    conn = db.conn
-    conn.isolation_level = None
     try:
-        conn.execute("BEGIN IMMEDIATE")
-        try:
+        with schema.write_transaction(db.conn):  # the whole merge, or nothing
             for path in sources:
                 report = SourceReport(path, versions[path])
                 src_conn = _readable_copy(path, versions[path], scratch)
@@ -188,12 +185,7 @@ def merge(sources, target, say=lambda text: None):
                 reports.append(report)
                 say(report)
             history.backfill_version_keys(db)
-            conn.execute("COMMIT")
-        except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise
     finally:
-        conn.close()
+        db.conn.close()
         shutil.rmtree(scratch, ignore_errors=True)
     return reports

@@ -4,6 +4,7 @@ Every table an mpsprobe database holds is created here, and every change to
 it is a numbered migration, so a database written by an older mpsprobe is
 brought up to date and one written by a newer mpsprobe is refused.
 """
+import contextlib
 import os
 import sqlite3
 
@@ -14,6 +15,29 @@ from .status import STATUSES
 
 APP = "mpsprobe"
 SCHEMA_VERSION = 3
+
+
+@contextlib.contextmanager
+def write_transaction(conn):
+    """One explicit transaction, holding SQLite's write lock from the start.
+
+    DDL commits on its own under Python's default transaction handling, so this
+    manages BEGIN IMMEDIATE / COMMIT / ROLLBACK itself: everything in the block
+    happens, or nothing does, and no other writer can interleave.
+    """
+    previous = conn.isolation_level
+    conn.isolation_level = None
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield conn
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+    finally:
+        conn.isolation_level = previous
 
 
 class DatabaseError(Exception):
@@ -251,36 +275,25 @@ def _migrate(db, version):
     if version == SCHEMA_VERSION:
         return
     conn = db.conn
-    previous = conn.isolation_level
-    conn.isolation_level = None
-    try:
-        # IMMEDIATE takes the write lock now, so two processes opening the same
-        # old database cannot both migrate it; the loser re-reads the version.
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            current = _schema_version(db)
-            if current is None:
-                db.execute("CREATE TABLE mpsprobe_meta (key TEXT PRIMARY KEY, value TEXT)")
-                db.execute("INSERT INTO mpsprobe_meta VALUES ('app', ?)", [APP])
-                db.execute("INSERT INTO mpsprobe_meta VALUES ('schema_version', '0')")
-                current = 0
-            if current > SCHEMA_VERSION:
-                raise DatabaseError(f"schema version {current} is newer than this mpsprobe "
-                                    f"reads ({SCHEMA_VERSION}): upgrade mpsprobe")
-            for number, step in enumerate(MIGRATIONS[current:SCHEMA_VERSION], current + 1):
-                step(db)
-                if not conn.in_transaction:
-                    raise RuntimeError(f"schema migration {number} committed on its own; "
-                                       "migration steps must not commit")
-            db.execute("UPDATE mpsprobe_meta SET value = ? WHERE key = 'schema_version'",
-                       [str(SCHEMA_VERSION)])
-            conn.execute("COMMIT")
-        except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise
-    finally:
-        conn.isolation_level = previous
+    # IMMEDIATE takes the write lock now, so two processes opening the same
+    # old database cannot both migrate it; the loser re-reads the version.
+    with write_transaction(conn):
+        current = _schema_version(db)
+        if current is None:
+            db.execute("CREATE TABLE mpsprobe_meta (key TEXT PRIMARY KEY, value TEXT)")
+            db.execute("INSERT INTO mpsprobe_meta VALUES ('app', ?)", [APP])
+            db.execute("INSERT INTO mpsprobe_meta VALUES ('schema_version', '0')")
+            current = 0
+        if current > SCHEMA_VERSION:
+            raise DatabaseError(f"schema version {current} is newer than this mpsprobe "
+                                f"reads ({SCHEMA_VERSION}): upgrade mpsprobe")
+        for number, step in enumerate(MIGRATIONS[current:SCHEMA_VERSION], current + 1):
+            step(db)
+            if not conn.in_transaction:
+                raise RuntimeError(f"schema migration {number} committed on its own; "
+                                   "migration steps must not commit")
+        db.execute("UPDATE mpsprobe_meta SET value = ? WHERE key = 'schema_version'",
+                   [str(SCHEMA_VERSION)])
 
 
 def migrate(path):

@@ -8,7 +8,6 @@ Every fact comes from a command or a file through `_command` / `_read`, so the
 parsing is tested with recorded outputs of machines this code never runs on.
 """
 import json
-import os
 import platform
 import re
 import socket

@@ -2,8 +2,6 @@
 import time
 import warnings
 
-import torch
-
 from mpsprobe.ops import samples as sample_tools
 from . import classify
 from .capture import AtenCapture

@@ -1,6 +1,5 @@
 """Shared fixtures: runs of the real probe over tiny op subsets, made once per session."""
 import json
-import os
 import sqlite3
 from pathlib import Path
 
@@ -51,6 +50,18 @@ def cpu_db(tmp_path_factory):
                      "--dtypes", "float32,float16,int64", "--samples", 2, "--json")
     assert result.exit_code == 0, result.output
     return str(path)
+
+
+def results_count(db_path):
+    """Rows in results, or 0 while the database is not created yet (a sweep starting)."""
+    try:
+        conn = sqlite3.connect(db_path, timeout=5)
+        try:
+            return conn.execute("SELECT count(*) FROM results").fetchone()[0]
+        finally:
+            conn.close()
+    except sqlite3.OperationalError:
+        return 0
 
 
 def summary(result):

@@ -2,7 +2,6 @@
 import json
 import warnings
 
-import pytest
 import torch
 
 from conftest import FAKE_MPS, rows, run_cli

@@ -11,7 +11,6 @@ import json
 import os
 import random
 import signal
-import sqlite3
 import subprocess
 import sys
 import time
@@ -20,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import rows, run_cli
+from conftest import results_count, rows, run_cli
 
 TESTS = Path(__file__).parent
 FAULTY = str(TESTS / "faulty_backend.py")
@@ -39,24 +38,13 @@ def sweep_command(db):
             "--workers", "2"]
 
 
-def count_results(db):
-    try:
-        conn = sqlite3.connect(db, timeout=5)
-        try:
-            return conn.execute("SELECT count(*) FROM results").fetchone()[0]
-        finally:
-            conn.close()
-    except sqlite3.OperationalError:  # not created yet
-        return 0
-
-
 def test_repeated_random_kills_then_resume_record_every_case_once(tmp_path):
     seed = int(os.environ.get("MPSPROBE_TEST_SEED", time.time_ns() % 100_000))
     rng = random.Random(seed)
     db = tmp_path / "kills.db"
     kills = 0
     for attempt in range(4):
-        before = count_results(db)
+        before = results_count(db)
         parent = subprocess.Popen(sweep_command(db), stdout=subprocess.DEVNULL,
                                   stderr=subprocess.DEVNULL, start_new_session=True)
         if attempt == 0:
@@ -65,7 +53,7 @@ def test_repeated_random_kills_then_resume_record_every_case_once(tmp_path):
         else:
             wanted = before + rng.randint(1, 25)
             deadline = time.monotonic() + 120
-            while count_results(db) < wanted and parent.poll() is None and time.monotonic() < deadline:
+            while results_count(db) < wanted and parent.poll() is None and time.monotonic() < deadline:
                 time.sleep(0.02)
             time.sleep(rng.uniform(0.0, 0.05))  # land between, or inside, commits
         if parent.poll() is not None:

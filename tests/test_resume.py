@@ -1,12 +1,11 @@
 """Kill the parent mid-sweep, re-run: every case exactly once, nothing lost."""
 import os
 import signal
-import sqlite3
 import subprocess
 import sys
 import time
 
-from conftest import rows
+from conftest import results_count, rows
 
 OPS = "abs,neg,add,mul,sub,exp,sin,cos,tanh,sigmoid,floor,ceil"
 DTYPES = "float32,float64,int32,float16"
@@ -15,17 +14,6 @@ DTYPES = "float32,float64,int32,float16"
 def command(db):
     return [sys.executable, "-m", "mpsprobe", "run", "--db", str(db), "--device", "cpu",
             "--ops", OPS, "--dtypes", DTYPES, "--samples", "3", "--no-timing", "--workers", "2"]
-
-
-def results_count(db):
-    try:
-        conn = sqlite3.connect(db, timeout=5)
-        try:
-            return conn.execute("SELECT count(*) FROM results").fetchone()[0]
-        finally:
-            conn.close()
-    except sqlite3.OperationalError:
-        return 0
 
 
 def test_kill_parent_then_resume_records_every_case_once(tmp_path):
