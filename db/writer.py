@@ -58,11 +58,15 @@ class RunWriter:
         return cls(db, run)
 
     def done(self):
-        """(pairs finished, case ids recorded): what a resumed run must not repeat."""
+        """What a resumed run must not repeat: the finished (op, dtype) pairs, and
+        {(op, dtype): [sample indices recorded]} for the rest."""
         pairs = {(r["op_id"], r["dtype"]) for r in self.db.query(
             "SELECT op_id, dtype FROM pairs_done WHERE run_id = ?", [self.run_id])}
-        cases = {r["case_id"] for r in self.db.query(
-            "SELECT case_id FROM results WHERE run_id = ?", [self.run_id])}
+        cases = {}
+        for r in self.db.query(
+                "SELECT r.op_id, r.dtype, c.sample_index FROM results r "
+                "JOIN cases c ON c.id = r.case_id WHERE r.run_id = ?", [self.run_id]):
+            cases.setdefault((r["op_id"], r["dtype"]), []).append(r["sample_index"])
         return pairs, cases
 
     def record(self, pair, index, sample, result):

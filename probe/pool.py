@@ -67,6 +67,11 @@ class _Worker:
                 pass
 
 
+def _next_index(pair):
+    """The index for a result charged to a pair outside any announced case."""
+    return max(pair["skip"]) + 1 if pair["skip"] else 0
+
+
 def _death(returncode):
     """(signal number or None, text) for a worker's exit status."""
     if returncode is not None and returncode < 0:
@@ -193,7 +198,7 @@ class Pool:
             on_pair(pair, message["n_cases"])
             worker.task = None
         elif kind == "fatal":  # the worker could not run this pair at all
-            index = len(pair["skip"]) and max(pair["skip"]) + 1
+            index = _next_index(pair)
             on_case(pair, index, "(not run)", {
                 "status": "error", "check_kind": "none",
                 "reason": "mpsprobe could not run this pair",
@@ -209,14 +214,14 @@ class Pool:
         self._retire(worker)
         if pair is None:
             return
-        if index is None:
-            # Died between cases (sample generation, say): retry once, then charge the pair.
+        between_cases = index is None
+        if between_cases:
+            # Died outside any case (sample generation, say): retry once, then charge the pair.
             pair["attempts"] += 1
             if pair["attempts"] < 2:
                 queue.appendleft(pair)
                 return
-            index = max(pair["skip"]) + 1 if pair["skip"] else 0
-            sample = "(between cases)"
+            index, sample = _next_index(pair), "(between cases)"
         if timed_out:
             result = {"status": "timeout", "check_kind": "none",
                       "reason": f"no result within {self.timeout:g} s; worker killed"}
@@ -225,7 +230,7 @@ class Pool:
                       "reason": text, "message": tail or None}
         pair["skip"].append(index)
         on_case(pair, index, sample, result)
-        if worker.index is None and pair["attempts"] >= 2:
+        if between_cases:  # it died twice outside any case: the pair ends here
             on_pair(pair, index + 1)
         else:
             queue.appendleft(pair)

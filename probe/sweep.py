@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 
 import mpsprobe
 from mpsprobe.db import schema
-from mpsprobe.db.writer import RunWriter, case_id, find_resumable, latest_unfinished
+from mpsprobe.db.writer import RunWriter, find_resumable, latest_unfinished
 from .pool import Pool
 
 
@@ -184,11 +184,9 @@ class Sweep:
         done_pairs, done_cases = self.writer.done()
         todo = []
         for pair in self.pairs:
-            if (pair["op"], pair["dtype"]) in done_pairs:
-                continue
-            prefix = case_id(pair["op"], pair["dtype"], "")
-            skip = [int(c[len(prefix):]) for c in done_cases if c.startswith(prefix)]
-            todo.append(dict(pair, skip=skip))
+            key = (pair["op"], pair["dtype"])
+            if key not in done_pairs:
+                todo.append(dict(pair, skip=done_cases.get(key, [])))
         return todo
 
     def run(self, todo, on_case=None, on_pair=None, should_stop=lambda: False):

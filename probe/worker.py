@@ -62,6 +62,7 @@ class Worker:
 
     def pair(self, request):
         from mpsprobe.ops import opinfo, samples as sample_tools
+        from .classify import first_line
         from .execute import run_case
         op = opinfo.find(self.opinfos, request["op"])
         dtype = opinfo.parse_dtype(request["dtype"])
@@ -73,8 +74,7 @@ class Worker:
             self.send({"type": "begin", "index": 0, "sample": "(sample generation failed)"})
             self.send({"type": "result", "index": 0, "status": "skip", "check_kind": "none",
                        "reason": "OpInfo could not generate samples for this dtype",
-                       "error_type": type(e).__name__, "message": str(e).splitlines()[0][:500]
-                       if str(e) else ""})
+                       "error_type": type(e).__name__, "message": first_line(e)})
             self.send({"type": "pair_done", "n_cases": 1})
             return
         for index, sample in enumerate(cases):
