@@ -394,3 +394,23 @@ def test_nav_links_the_other_plugin_pages_when_present(ds):
             href = re.search(rf'<a href="([^"]+)">{label}</a>', nav).group(1)
             assert href.startswith("/-/")
             get(ds, href)
+
+
+def test_a_hostile_status_from_a_merged_database_is_never_markup(site_db, tmp_path):
+    """A status string is data: from a merged database it may hold anything, and
+    must reach the page escaped, never as a class name or a tag."""
+    path = tmp_path / "hostile.db"
+    shutil.copy(site_db, path)
+    hostile = '"><script>alert(1)</script>'
+    conn = sqlite3.connect(path)
+    with conn:
+        conn.execute("INSERT INTO declared (torch_version, device, op_id, dtype, status, "
+                     "source, note) VALUES ('2.9.0', 'mps', 'add', 'float16', ?, 'test', NULL)",
+                     (hostile,))
+    conn.close()
+    datasette = make_datasette(path)
+    asyncio.run(datasette.invoke_startup())
+    for page_path in ("/-/matrix?run=declared:2.9.0:mps", "/-/op/add"):
+        page = get(datasette, page_path).text
+        assert "<script>alert(1)</script>" not in page
+        assert 'class="st-unknown"' in page or "declared st-unknown" in page

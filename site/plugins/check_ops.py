@@ -36,7 +36,7 @@ a JSON list of aten op names, or one name a line.</p>
 <tbody>
 {% for o in report.ops %}<tr>
 <td>{{ symbols[o["class"]] }}</td><td><code>{{ o.aten_op }}</code></td><td>{{ o.dtype or "" }}</td>
-<td>{% if o.status %}<span class="st st-{{ o.status }}">{{ o.status }}</span> {% endif %}{{ o.note }}{% if o.message %}<br><small>{{ o.message[:200] }}</small>{% endif %}</td>
+<td>{% if o.status %}<span class="st {{ status_class(o.status) }}">{{ o.status }}</span> {% endif %}{{ o.note }}{% if o.message %}<br><small>{{ o.message[:200] }}</small>{% endif %}</td>
 <td>{{ o.count }}</td><td>{{ o.places[:3]|join(", ") }}</td>
 <td>{% for v in o.probe_ops[:4] %}<a href="{{ op_base }}{{ v|urlencode }}">{{ v }}</a> {% endfor %}</td>
 <td>{% if o.target_ms is not none %}{{ "%.3g"|format(o.target_ms) }} / {{ "%.3g"|format(o.cpu_ms) }}{% endif %}</td>

@@ -66,12 +66,12 @@ Agreement of measured support with the declaration:
 {% for kind, title, why, rows in sections %}
 <h2>{{ title }} ({{ rows|length }})</h2><p>{{ why }}</p>
 {% if rows %}<table class="mp-plain"><thead><tr><th>op</th><th>dtype</th><th>declared</th><th>measured</th><th>why</th></tr></thead><tbody>
-{% for f in rows %}<tr><th>{{ f.op_id }}</th><td>{{ f.dtype }}</td><td class="st-{{ f.declared }}">{{ f.declared }}</td><td class="st-{{ f.measured }}">{{ f.measured }}</td><td>{{ f.explanation }}</td></tr>
+{% for f in rows %}<tr><th>{{ f.op_id }}</th><td>{{ f.dtype }}</td><td class="{{ status_class(f.declared) }}">{{ f.declared }}</td><td class="{{ status_class(f.measured) }}">{{ f.measured }}</td><td>{{ f.explanation }}</td></tr>
 {% endfor %}</tbody></table>{% endif %}
 {% endfor %}
 <h2>Support disagreements ({{ disagreements|length }})</h2>
 {% if disagreements %}<table class="mp-plain"><thead><tr><th>op</th><th>dtype</th><th>declared</th><th>measured</th><th>source</th></tr></thead><tbody>
-{% for f in disagreements %}<tr><th>{{ f.op_id }}</th><td>{{ f.dtype }}</td><td class="st-{{ f.declared }}">{{ f.declared }}</td><td class="st-{{ f.measured }}">{{ f.measured }}</td><td>{{ f.source }}</td></tr>
+{% for f in disagreements %}<tr><th>{{ f.op_id }}</th><td>{{ f.dtype }}</td><td class="{{ status_class(f.declared) }}">{{ f.declared }}</td><td class="{{ status_class(f.measured) }}">{{ f.measured }}</td><td>{{ f.source }}</td></tr>
 {% endfor %}</tbody></table>{% endif %}
 {% endif %}
 {% endblock %}"""

@@ -272,8 +272,15 @@ def op_url(datasette, op_id):
     return str(datasette.urls.path("/-/op/" + urllib.parse.quote(op_id, safe="")))
 
 
+def status_class(value):
+    """The CSS class of a status: only a known status word becomes a class, so a
+    status string from a merged or hand-edited database can never break out of
+    the attribute (it is shown escaped as text instead)."""
+    return f"st-{value}" if value in FALLBACK_STATUSES else "st-unknown"
+
+
 def status_badge(value):
-    return Markup(f'<span class="st st-{value}">{html.escape(value)}</span>')
+    return Markup(f'<span class="st {status_class(value)}">{html.escape(str(value))}</span>')
 
 
 async def render(datasette, request, template, context):
@@ -318,8 +325,8 @@ def matrix_row(op_id, href, cells):
             parts.append('<td class="mp-none"></td>')
         else:
             status, link, title = cell
-            parts.append(f'<td class="st-{status}"><a href="{esc(link)}" '
-                         f'title="{esc(title)}">{status}</a></td>')
+            parts.append(f'<td class="{status_class(status)}"><a href="{esc(link)}" '
+                         f'title="{esc(title)}">{esc(str(status))}</a></td>')
     parts.append("</tr>")
     return "".join(parts)
 
@@ -603,4 +610,5 @@ def extra_template_vars(datasette):
              ("Check ops", plugin_page_path("check_ops.py") or f"/{db.name}/check_ops"),
              ("Findings", plugin_page_path("findings.py")),
              ("Queries", f"/{db.name}#queries"), ("Runs", f"/{db.name}/runs")]
-    return {"mpsprobe_nav": [(label, datasette.urls.path(path)) for label, path in links if path]}
+    return {"mpsprobe_nav": [(label, datasette.urls.path(path)) for label, path in links if path],
+            "status_class": status_class}
