@@ -1,0 +1,121 @@
+"""The one vocabulary of mpsprobe: statuses, reason kinds, passes, check kinds.
+
+Every other module (engine, store, CLI, check report, site) takes its words from
+here; a test fails if a status word is spelt as a literal anywhere else. A
+status says *what happened*; a reason kind says *why*, in a form a page or a
+report can act on ("needs macOS 14", "falls back to the CPU").
+"""
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Status:
+    name: str
+    symbol: str      # one character for reports and compact cells
+    colour: str      # CSS colour of the site's cells (with the symbol, so no colour alone carries meaning)
+    label: str       # the words a porter reads in `check`
+    meaning: str     # one line, shown on the legend page
+
+
+# Ordered from least to most severe: a roll-up over several cases reports the
+# worst status present, so `skip` only survives when nothing ran.
+_STATUSES = (
+    Status("skip", "·", "#e5e7eb", "no ground truth",
+           "No ground truth for this sample: the reference itself failed, or the sample has no unique answer."),
+    Status("pass", "✓", "#bbf7d0", "native and correct",
+           "Ran natively on the target and matched the CPU within the tolerance policy."),
+    Status("fallback", "↩", "#fde68a", "falls back to the CPU",
+           "Ran, but some of the work ran on the CPU (the generic MPS fallback or a kernel's own)."),
+    Status("mismatch", "≠", "#fecaca", "wrong numbers",
+           "Ran natively, but values, distribution, NaN pattern, shape, dtype or device differ beyond tolerance."),
+    Status("unsupported", "✗", "#fca5a5", "unsupported",
+           "The target refused it; the reason kind says why (no kernel, dtype, macOS version, size limit)."),
+    Status("error", "!", "#f9a8d4", "raises an error",
+           "The target raised something else while the reference succeeded: a bug."),
+    Status("timeout", "⧗", "#c4b5fd", "hangs",
+           "The case exceeded its time budget; the worker was killed."),
+    Status("crash", "☠", "#a78bfa", "crashes the process",
+           "The worker process died on this case (signal and last stderr lines kept)."),
+)
+
+STATUS = {s.name: s for s in _STATUSES}
+STATUSES = tuple(s.name for s in _STATUSES)
+RANK = {name: rank for rank, name in enumerate(STATUSES)}
+
+SKIP, PASS, FALLBACK, MISMATCH, UNSUPPORTED, ERROR, TIMEOUT, CRASH = STATUSES
+
+# Statuses that mean "this works on the target" for a user's purposes.
+WORKING = (SKIP, PASS)
+# Statuses that mean the target ran the op and returned something.
+RAN = (PASS, FALLBACK, MISMATCH)
+# Statuses that mean the op does not work on the target as it is.
+FAILING = tuple(s for s in STATUSES if s not in WORKING)
+
+
+def worst(statuses):
+    """The most severe status among `statuses` (None for an empty input)."""
+    ranked = [RANK[s] for s in statuses if s in RANK]
+    return STATUSES[max(ranked)] if ranked else None
+
+
+def is_status(value):
+    return value in RANK
+
+
+@dataclass(frozen=True)
+class ReasonKind:
+    name: str
+    statuses: tuple  # the statuses this reason can explain
+    label: str       # how a page or report says it, e.g. "needs a newer macOS"
+    meaning: str
+
+
+_REASON_KINDS = (
+    ReasonKind("no_kernel", (UNSUPPORTED,), "no kernel for this device",
+               "The op has no implementation for the target."),
+    ReasonKind("dtype", (UNSUPPORTED,), "dtype not supported",
+               "The op exists on the target, but not for this dtype."),
+    ReasonKind("macos_version", (UNSUPPORTED, FALLBACK), "needs a newer macOS",
+               "The target refuses (or falls back) below a minimum macOS version, recorded with the result."),
+    ReasonKind("size_limit", (UNSUPPORTED,), "size or rank limit",
+               "The target refuses tensors this large, or with this many dimensions."),
+    ReasonKind("argument", (UNSUPPORTED,), "argument not supported",
+               "The op exists for this dtype, but not for an argument value this sample uses."),
+    ReasonKind("out_of_memory", (ERROR,), "out of memory",
+               "The target ran out of memory, even after its cache was emptied and the case retried."),
+    ReasonKind("device_placement", (ERROR,), "wrong device",
+               "The op mixed devices or produced its output on the wrong device."),
+    ReasonKind("cpu_fallback", (FALLBACK,), "falls back to the CPU",
+               "PyTorch's generic fallback ran the op on the CPU (PYTORCH_ENABLE_MPS_FALLBACK=1)."),
+    ReasonKind("kernel_fallback", (FALLBACK,), "kernel falls back to the CPU",
+               "The target's own kernel ran the work on the CPU, e.g. on an older macOS."),
+    ReasonKind("reduced_precision", (PASS, MISMATCH), "reduced-precision mode",
+               "The kernel ran in a reduced-precision mode (e.g. TF32, fast math); judged against that mode's error."),
+    ReasonKind("distribution", (PASS, MISMATCH), "checked as a distribution",
+               "A random op: judged by a statistical test with a stated false-alarm rate."),
+    ReasonKind("values", (MISMATCH,), "wrong values",
+               "Values differ from the CPU beyond the tolerance policy."),
+    ReasonKind("trivial_answer", (MISMATCH,), "trivially wrong answer",
+               "The output is no better than zeros, the input unchanged or NaN."),
+    ReasonKind("nonfinite", (MISMATCH,), "NaN/Inf pattern differs", "NaN or Inf where the CPU has none, or the reverse."),
+    ReasonKind("metadata", (MISMATCH,), "shape, dtype or device differs",
+               "The output's shape, dtype or device differs from the CPU's."),
+    ReasonKind("bug", (ERROR,), "raises on the target only", "The target raised while the CPU succeeded."),
+    ReasonKind("signal", (CRASH,), "process died", "The worker died: a signal or an abort (its last stderr lines kept)."),
+    ReasonKind("exit", (CRASH,), "process exited", "The worker exited during the case (SystemExit, os._exit)."),
+    ReasonKind("hang", (TIMEOUT,), "hangs", "The case ran past its time budget."),
+    ReasonKind("reference_failed", (SKIP,), "the CPU reference failed",
+               "The CPU could not run this sample, so there is nothing to compare with."),
+    ReasonKind("no_unique_answer", (SKIP,), "no unique answer",
+               "This sample has no unique answer (ties, free phases, empty tensors)."),
+)
+
+REASON_KIND = {r.name: r for r in _REASON_KINDS}
+REASON_KINDS = tuple(r.name for r in _REASON_KINDS)
+
+# Which pass of an op a case exercises.
+PASSES = ("forward", "backward", "inplace", "out")
+FORWARD, BACKWARD, INPLACE, OUT = PASSES
+
+# How far an output could be checked.
+CHECK_KINDS = ("values", "distribution", "shape", "none")
