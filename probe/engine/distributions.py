@@ -171,6 +171,7 @@ def _bisect(f, lo, hi, iters=200):
     return hi
 
 
+@functools.lru_cache(maxsize=64)
 def _normal_quantile(alpha):
     """z with P(|Z| > z) = alpha for a standard normal Z."""
     return _bisect(lambda z: alpha - math.erfc(z / math.sqrt(2)), 0.0, 40.0)
@@ -272,7 +273,7 @@ def _verdict(tests, y, calls, alpha, family):
     deciding = failed[0] if failed else max(tests, key=lambda t: t.ratio)
     summary = "; ".join(f"{t.name} {t.statistic:.4g}/{t.threshold:.4g}" + (f" ({t.note})" if t.note else "")
                         for t in tests)
-    detail = (f"{family}: {'failed ' + deciding.name if failed else 'consistent'}; "
+    detail = (f"{family}: {'failed ' + ', '.join(t.name for t in failed) if failed else 'consistent'}; "
               f"{y.size} values in {calls} calls; false-alarm rate <= {alpha:.0e}; {summary}")
     return Result(MISMATCH if failed else PASS, DISTRIBUTION, deciding.statistic, deciding.threshold, detail)
 
@@ -487,6 +488,7 @@ def check_randperm(params, draw, n=N_VALUES, alpha=ALPHA, max_calls=MAX_CALLS):
     return _verdict(tests, y, y.shape[0], alpha, f"randperm({size})")
 
 
+@functools.lru_cache(maxsize=256)
 def _inclusion_probabilities(weights, k, limit=200_000):
     """P(category c among k draws without replacement), by enumerating ordered draws; None if too many."""
     live = [c for c, w in enumerate(weights) if w > 0]
@@ -539,7 +541,7 @@ def check_multinomial(params, draw, n=N_VALUES, alpha=ALPHA, max_calls=MAX_CALLS
     onehot = safe[..., None] == np.arange(cats)  # (calls, rows, samples, cats)
     if not replacement:
         tests.append(_hard("no repeats within a row", np.sum(onehot.sum(axis=2) > 1)))
-        pis = [_inclusion_probabilities(list(r), k) for r in rows]
+        pis = [_inclusion_probabilities(tuple(float(w) for w in r), k) for r in rows]
         if any(pi is None for pi in pis):
             return _verdict(tests, y, y.shape[0], alpha, "multinomial without replacement (hard checks only)")
         incl = onehot.any(axis=2)  # (calls, rows, cats)
