@@ -16,7 +16,7 @@ A declaration predicts one status per (op, dtype): `pass` (declared to work),
 `skip` (the test is skipped: no prediction).
 """
 from . import common_mps, native_functions
-from .opinfo import dtype_name, op_key, reference_dtypes
+from mpsprobe.ops.opinfo import dtype_name, op_key, reference_dtypes
 
 # MPS has no float64: the tests never run these dtypes there.
 MPS_MISSING_DTYPES = ("float64", "complex128")

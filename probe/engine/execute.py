@@ -4,8 +4,8 @@ import warnings
 
 from mpsprobe.ops import samples as sample_tools
 from . import classify
-from .capture import AtenCapture
-from .compare import compare
+from .aten import AtenCapture
+from .verdict import compare
 from .timing import median_ms
 
 
