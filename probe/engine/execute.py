@@ -2,10 +2,14 @@
 import time
 import warnings
 
+import torch
+from torch.utils._pytree import tree_flatten
+
 from mpsprobe.ops import samples as sample_tools
-from mpsprobe.vocabulary import FALLBACK, MISMATCH, PASS, SKIP
-from . import classify
-from .aten import AtenCapture
+from mpsprobe.vocabulary import SKIP
+from . import classify, judge
+from .aten import AtenCapture, aten_name
+from .judge import REFERENCE_FAILED
 from .verdict import compare
 from .timing import median_ms
 
@@ -19,45 +23,87 @@ def _result(status, reason, **fields):
     return {"status": status, "reason": reason, **fields}
 
 
-def run_case(op, dtype, sample, target, nondeterministic=False, timing=True, unchecked=()):
+def _record_aten(op, args, cache, key):
+    """The aten ops (and their first call's input shapes) that `op` dispatches on `args`.
+
+    A call of its own, whose output is discarded: under a dispatch mode some
+    kernels compute differently (complex pinv does), so the reference never runs
+    under one. Once per (op, dtype, sample signature) is enough.
+    """
+    if cache is not None and key in cache:
+        return cache[key]
+    shapes = {}
+
+    def on_call(func, call_args, call_kwargs, out):
+        shapes.setdefault(aten_name(func), [tuple(x.shape) for x in tree_flatten((call_args, call_kwargs))[0]
+                                            if isinstance(x, torch.Tensor)])
+    capture = AtenCapture(on_call=on_call)
+    try:
+        with capture:
+            _call(op, args)
+    except Exception:
+        pass  # the ops dispatched before it raised are still recorded
+    recorded = (capture.ops, shapes)
+    if cache is not None:
+        cache[key] = recorded
+    return recorded
+
+
+def _first_tensor(args):
+    inp = args[0]
+    return inp.detach().clone() if isinstance(inp, torch.Tensor) else None
+
+
+def run_case(op, dtype, sample, target, nondeterministic=False, timing=True, unchecked=(),
+             op_key=None, aten_cache=None, modes=None):
     """A result dict (the results-table fields) for `op` on one SampleInput.
 
-    `unchecked`: output positions whose values are not unique (see compare()).
+    `op_key`: the OpInfo op's key, which says how to judge it: a random sample by
+    its distribution (judge.random_sample), outputs with no unique answer for this
+    sample (judge.ambiguity), auxiliary outputs; `unchecked`: further output
+    positions compared for shape only. `aten_cache`: a dict the worker keeps, so the
+    aten ops of a sample signature are recorded once. `modes`: the target's
+    precision settings (precision.current_modes), if any are to be honoured.
     """
     started = time.perf_counter()
     cpu_args = sample_tools.call_args(sample)
+    random = judge.random_sample(op_key, cpu_args) if op_key else False
     # Every copy is made before any call, in case an op writes into its inputs.
     # Moving to the target happens under the target's rules: MPS refuses float64 there.
     try:
         with target.context():
             target_args = sample_tools.to_device(cpu_args, target.torch_device)
+            draw_args = sample_tools.to_device(cpu_args, target.torch_device) if random else None
     except Exception as e:
         status, aten_op, reason = classify.classify_error(e)
         return _result(status, f"inputs cannot be moved to the target: {reason}",
                        error_type=type(e).__name__, message=classify.first_line(e),
                        aten_op=aten_op, check_kind="none",
                        duration_s=time.perf_counter() - started)
-    truth_args = None if nondeterministic else sample_tools.upcast(cpu_args, dtype)
-    if truth_args is cpu_args:
-        truth_args = None
+    shape_only = nondeterministic or (judge.shape_only(op_key) if op_key else False)
+    values = not (shape_only or random)
+    truth_args = sample_tools.upcast(cpu_args, dtype) if values else None
+    record_args = None
+    key = (op_key, str(dtype), sample_tools.summarize(sample))
+    if aten_cache is None or key not in aten_cache:
+        record_args = sample_tools.to_device(cpu_args, "cpu")
+    trivial_input = _first_tensor(cpu_args)
     fields = {}
 
-    capture = AtenCapture()
     try:
-        with capture:
-            cpu_out = _call(op, cpu_args)
+        cpu_out = _call(op, cpu_args)
     except Exception as e:
-        return _result(SKIP, "the CPU reference raised: no ground truth",
+        return _result(SKIP, "the CPU reference raised: no ground truth", reason_kind=REFERENCE_FAILED,
                        error_type=type(e).__name__, message=classify.first_line(e),
                        check_kind="none", duration_s=time.perf_counter() - started)
-    fields["aten_ops"] = capture.ops
-
     truth_out = None
     if truth_args is not None:
         try:
             truth_out = _call(op, truth_args)
         except Exception:
             truth_out = None  # float64 unsupported for this op: judge against the CPU itself
+    aten_ops, aten_shapes = _record_aten(op, record_args, aten_cache, key)
+    fields["aten_ops"] = aten_ops
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -73,27 +119,37 @@ def run_case(op, dtype, sample, target, nondeterministic=False, timing=True, unc
     fallen_back = classify.fallback_ops(str(w.message) for w in caught)
     fields["fallback_ops"] = fallen_back
 
-    verdict = compare(target_out, cpu_out, truth_out, dtype, values=not nondeterministic,
-                      device_type=target.torch_device.type, unchecked=unchecked)
+    how = judge.Judgement()
+    if values and op_key:
+        how = judge.prepare(op_key, cpu_args, target_out, cpu_out, truth_out, dtype)
+        target_out, cpu_out, truth_out = how.target_out, how.cpu_out, how.truth_out
+    applicable, mode_allowance = None, {}
+    if values and modes:
+        applicable, mode_allowance = judge.precision_allowance(op, cpu_args, dtype, aten_ops, aten_shapes,
+                                                              modes, cpu_out)
+    verdict = compare(target_out, cpu_out, truth_out, dtype, values=values,
+                      device_type=target.torch_device.type, unchecked=tuple(unchecked) + how.unchecked,
+                      auxiliary=how.auxiliary, trivial_input=trivial_input, modes=mode_allowance)
     fields.update(check_kind=verdict.check_kind, max_abs_err=verdict.max_abs_err,
                   max_rel_err=verdict.max_rel_err, ref_abs_err=verdict.ref_abs_err,
                   tol_atol=verdict.atol, tol_rtol=verdict.rtol,
                   tol_factor=verdict.factor if verdict.atol is not None else None,
                   nonfinite_mismatch=int(verdict.nonfinite_mismatch))
-    if not verdict.ok:
-        status, reason = MISMATCH, verdict.reason
-    elif fallen_back:
-        status, reason = FALLBACK, f"fell back to the CPU: {', '.join(fallen_back)}"
-    elif nondeterministic:
-        status, reason = SKIP, "nondeterministic op: checked shape, dtype and device only"
-    elif verdict.check_kind == "shape":
-        status, reason = SKIP, "outputs not unique (ties, signs): checked shape, dtype and device only"
-    else:
-        status, reason = PASS, "matches the CPU within tolerance"
+    notes = list(verdict.notes) + ([how.why] if how.why else [])
+    status, reason, kind = judge.status_of(verdict, how, fallen_back, shape_only, applicable,
+                                           bool(mode_allowance))
+    if random and verdict.ok and not fallen_back:
+        status, reason, kind, drawn = judge.distribution(op_key, draw_args, target)
+        notes += drawn.pop("notes", [])
+        fields.update(drawn)
+    if verdict.precision_mode:
+        fields["precision_mode"] = verdict.precision_mode
+    if notes:
+        fields["notes"] = notes
 
     if timing:
         fields.update(_time(op, cpu_args, target_args, target))
-    return _result(status, reason, duration_s=time.perf_counter() - started, **fields)
+    return _result(status, reason, reason_kind=kind, duration_s=time.perf_counter() - started, **fields)
 
 
 def _call_on_target(op, cpu_args, target_args, target):

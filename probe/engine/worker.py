@@ -43,6 +43,17 @@ class Worker:
             torch.set_num_threads(threads)
         self.target = devices.resolve(config.get("device", "auto"), config.get("backend"))
         self._opinfos = None
+        self._aten_cache = {}  # (op, dtype, sample signature) -> the aten ops it dispatches
+        self.modes = self._precision(config.get("strict_precision", False))
+
+    def _precision(self, strict):
+        """The target's precision settings, switched off for the worker's life when strict."""
+        from . import precision
+        if strict:
+            # Held until the process ends: a worker serves one run.
+            self._strict = precision.strict_precision(self.target.torch_device)
+            self._strict.__enter__()
+        return self.target.precision_modes()
 
     @property
     def opinfos(self):
@@ -68,7 +79,6 @@ class Worker:
         op = opinfo.find(self.opinfos, request["op"])
         dtype = opinfo.parse_dtype(request["dtype"])
         done = set(request.get("done") or ())
-        nondeterministic = opinfo.is_nondeterministic(request["op"])
         try:
             cases = opinfo.samples(op, dtype, self.config.get("samples", 3))
         except Exception as e:
@@ -84,9 +94,8 @@ class Worker:
             self.send({"type": "begin", "index": index, "sample": sample_tools.summarize(sample)})
             try:
                 result = run_case(op.op, dtype, sample, self.target,
-                                  nondeterministic=nondeterministic,
-                                  timing=self.config.get("timing", True),
-                                  unchecked=opinfo.ambiguous_outputs(request["op"]))
+                                  timing=self.config.get("timing", True), op_key=request["op"],
+                                  aten_cache=self._aten_cache, modes=self.modes)
             except Exception as e:  # a fault of the probe's, reported as such
                 result = {"status": ERROR, "check_kind": "none",
                           "reason": "mpsprobe could not judge this case",
