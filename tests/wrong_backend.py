@@ -11,7 +11,9 @@ reduced-precision mode it must accept:
             eval-mode batch norm returns (C,)-shaped saved statistics as CUDA
             does, and the target reports TF32 as on (as a CUDA device would);
 - "tf32_wrong": as "tf32", but matmul and convolution inputs rounded to 4
-            bits: beyond what TF32 allows.
+            bits: beyond what TF32 allows;
+- "phase":  right, but eigenvectors and singular vectors turned by another
+            phase (a sign when real) per vector, as another LAPACK may return.
 
 WRONG (the environment variable) picks the behaviour for `--backend
 tests/wrong_backend.py`; tests build targets directly with WrongTarget(kind).
@@ -58,6 +60,8 @@ class _Wrong(TorchDispatchMode):
         out = func(*args, **kwargs)
         if name.startswith(_MOVES):
             return out
+        if self.kind == "phase":
+            return _turned(name, out)
         if self.kind.startswith("tf32"):
             if name.startswith("aten::native_batch_norm") and not args[5] and out[1].numel() == 0:
                 channels = args[0].shape[1]
@@ -74,6 +78,28 @@ class _Wrong(TorchDispatchMode):
                 return first.clone()
             return torch.zeros_like(x)
         return tree_map(wrong, out)
+
+
+def _phase(vectors):
+    k = vectors.shape[-1]
+    if vectors.is_complex():
+        angles = torch.linspace(0.5, 2.5, k, dtype=torch.float64)
+        return torch.polar(torch.ones_like(angles), angles).to(vectors.dtype)
+    return torch.tensor([(-1.0) ** (j + 1) for j in range(k)], dtype=vectors.dtype)
+
+
+def _turned(name, out):
+    if name in ("aten::_linalg_eigh.default", "aten::_linalg_eigh", "aten::linalg_eig"):
+        values, vectors = out[0], out[1]
+        return values, vectors * _phase(vectors)
+    if name.startswith("aten::_linalg_svd") and out[0].numel():
+        u, s, vh = out
+        k = s.shape[-1]
+        phase = _phase(u[..., :k])
+        u = torch.cat([u[..., :k] * phase, u[..., k:]], dim=-1)
+        vh = torch.cat([vh[..., :k, :] * phase.conj().unsqueeze(-1), vh[..., k:, :]], dim=-2)
+        return u, s, vh
+    return out
 
 
 class WrongTarget(Target):

@@ -117,9 +117,44 @@ def _mode_promise(x, parts, dim):
     return (counts.reshape(parts[0].shape), points.reshape(parts[1].shape))
 
 
+# --- pooling over random regions ------------------------------------------------------
+
+FRACTIONAL = {"nn.functional.fractional_max_pool2d": 2, "nn.functional.fractional_max_pool3d": 3}
+
+
+def random_regions(op_key, kwargs):
+    """Whether this sample of a fractional max pool draws its regions (no `_random_samples`):
+    a device with another generator pools other regions, so the values are not unique."""
+    return op_key in FRACTIONAL and kwargs.get("_random_samples") is None
+
+
+def pooled_promise(op_key, inp, args, out):
+    """What any choice of regions promises, per output: its value occurs in its input
+    slice, at least prod(kernel) of the slice's values are <= it (it is a window's
+    maximum), and its index (with return_indices) points at it."""
+    dims = FRACTIONAL[op_key]
+    kernel = args[0] if args else 1
+    k = int(torch.tensor(kernel if isinstance(kernel, (tuple, list)) else [kernel] * dims).prod())
+    values, indices = (out[0], out[1]) if isinstance(out, (tuple, list)) else (out, None)
+    lead = inp.shape[:-dims]
+    x = inp.detach().cpu().reshape(*lead, 1, -1)
+    o = values.detach().cpu().reshape(*lead, -1, 1)
+    promised = [(x == o).any(-1).reshape(values.shape),
+                ((x <= o).sum(-1) >= k).reshape(values.shape)]
+    if indices is not None:
+        idx = indices.detach().cpu().reshape(*lead, -1)
+        flat = x.squeeze(-2)
+        inside = (idx >= 0) & (idx < flat.shape[-1])
+        hit = inside & (flat.gather(-1, idx.clamp(0, flat.shape[-1] - 1)) == o.squeeze(-1))
+        promised.append(hit.reshape(indices.shape))
+    return tuple(promised)
+
+
 # --- eigenvectors and singular vectors ------------------------------------------------
 
-VECTOR_OPS = ("linalg.eigh", "linalg.eig", "linalg.svd", "svd")
+VECTOR_OPS = ("linalg.eigh", "linalg.eig", "linalg.svd", "svd", "svd_lowrank", "pca_lowrank")
+# Ops returning V where linalg.svd returns Vh.
+_RETURNS_V = ("svd", "svd_lowrank", "pca_lowrank")
 
 
 def _pivot(vectors):
@@ -149,7 +184,7 @@ def _repeated(values, dtype):
 
 def _svd_parts(op_key, out):
     u, s, v = out[0], out[1], out[2]
-    vh = v.mH if op_key == "svd" else v  # torch.svd returns V, linalg.svd Vh
+    vh = v.mH if op_key in _RETURNS_V else v
     k = s.shape[-1]
     return u[..., :k], s, vh[..., :k, :]   # full_matrices' completion is not unique
 
@@ -162,7 +197,7 @@ def canonical(op_key, out, cpu_out, dtype):
     """
     if op_key not in VECTOR_OPS or not isinstance(out, (tuple, list)):
         return out, (), None
-    if op_key == "svd" and not bool((cpu_out[0] != 0).any()):
+    if op_key in _RETURNS_V and not bool((cpu_out[0] != 0).any()):
         return tuple(out), (), None  # compute_uv=False: U and V are zero placeholders
     if op_key in ("linalg.eigh", "linalg.eig"):
         values, vectors = out[0], out[1]
@@ -182,3 +217,18 @@ def canonical(op_key, out, cpu_out, dtype):
         vector_positions = (1,) if op_key.startswith("linalg.eig") else (0, 2)
         return tuple(parts), vector_positions, "repeated eigen/singular values: the vectors are not unique"
     return tuple(parts), (), None
+
+
+def lowrank_exact(op_key, args, kwargs, cpu_out, dtype):
+    """Whether svd_lowrank/pca_lowrank's answer is unique for this sample: its random
+    projection then captures the whole matrix (a @ b.mT, centred for PCA), so the
+    CPU's decomposition reproduces it; below the rank the answer depends on the draw."""
+    inp, b = args[0], args[1]
+    wide = torch.complex128 if inp.is_complex() else torch.float64
+    a = inp.detach().to(wide) @ b.detach().to(wide).mT
+    if op_key == "pca_lowrank" and kwargs.get("center", True):
+        a = a - a.mean(dim=-2, keepdim=True)
+    u, s, vh = _svd_parts(op_key, cpu_out)
+    rebuilt = (u @ torch.diag_embed(s.to(u.dtype)) @ vh).to(wide)
+    eps = torch.finfo(dtype).eps
+    return bool(((rebuilt - a).abs() <= eps ** 0.5 * (1 + a.abs().amax())).all())

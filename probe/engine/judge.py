@@ -25,9 +25,6 @@ REFERENCE_FAILED, NO_UNIQUE_ANSWER, REDUCED, CPU_FALLBACK = (
     _kinds["cpu_fallback"])
 VALUES_CHECK, DISTRIBUTION, SHAPE_CHECK, NO_CHECK = CHECK_KINDS
 
-# Randomised algorithms: a correct device draws another random projection, so
-# nothing but the shape can be compared. Uninitialised memory likewise.
-SHAPE_ONLY = ("pca_lowrank", "svd_lowrank")
 # Draws per distribution check: enough for a false-alarm rate of 1e-6 with
 # power against the bugs in tests/test_distributions.py, and well under a
 # second per case on a CPU.
@@ -36,7 +33,8 @@ DRAW_CALLS = 1024
 
 
 def shape_only(op_key):
-    return distributions.is_shape_only(op_key) or op_key in SHAPE_ONLY
+    """Uninitialised memory (empty*): nothing but shape, dtype and device means anything."""
+    return distributions.is_shape_only(op_key)
 
 
 def random_sample(op_key, args):
@@ -72,6 +70,14 @@ def prepare(op_key, cpu_args, target_out, cpu_out, truth_out, dtype):
             truth_out = None  # the truth's indices are the CPU's business; values decide
         except Exception:  # a malformed target output: the plain comparison says so
             pass
+    if ambiguity.random_regions(op_key, kwargs):
+        try:
+            target_out, cpu_out = (ambiguity.pooled_promise(op_key, inp, rest, out) for out in (target_out, cpu_out))
+            truth_out = None
+            why = "random pooling regions: each output checked as some window's maximum"
+        except Exception:  # a malformed target output: the plain comparison says so
+            pass
+    cpu_out_raw = cpu_out
     if op_key in ambiguity.VECTOR_OPS and isinstance(cpu_out, (tuple, list)):
         try:
             canon = [ambiguity.canonical(op_key, out, cpu_out, dtype) if out is not None else (None, (), None)
@@ -80,6 +86,10 @@ def prepare(op_key, cpu_args, target_out, cpu_out, truth_out, dtype):
             canon = None
         if canon:
             (target_out, _, _), (cpu_out, unchecked, why), (truth_out, _, _) = canon
+        if op_key in ("svd_lowrank", "pca_lowrank") and not ambiguity.lowrank_exact(
+                op_key, (inp,) + tuple(rest), kwargs, cpu_out_raw, dtype):
+            unchecked = tuple(range(4))
+            why = "q below the matrix's rank: the approximation depends on the random projection"
     rules = auxiliary.auxiliary_outputs(op_key)
     n = len(cpu_out) if isinstance(cpu_out, (tuple, list)) else 1
     rules = {i: r for i, r in rules.items() if n > 1 and i < n}
@@ -158,8 +168,7 @@ def status_of(verdict, how, fallen_back, shape_only_op, applicable, bounded):
     if verdict.undecided:
         return SKIP, verdict.reason, NO_UNIQUE_ANSWER
     if shape_only_op:
-        return (SKIP, "uninitialised memory or a randomised algorithm: checked shape, dtype and device only",
-                NO_UNIQUE_ANSWER)
+        return SKIP, "uninitialised memory: checked shape, dtype and device only", NO_UNIQUE_ANSWER
     if verdict.check_kind == SHAPE_CHECK:
         return SKIP, f"{how.why or 'no unique answer'}: checked shape, dtype and device only", NO_UNIQUE_ANSWER
     if verdict.precision_mode:
