@@ -97,7 +97,8 @@ def _turned(name, out):
         k = s.shape[-1]
         phase = _phase(u[..., :k])
         u = torch.cat([u[..., :k] * phase, u[..., k:]], dim=-1)
-        vh = torch.cat([vh[..., :k, :] * phase.conj().unsqueeze(-1), vh[..., k:, :]], dim=-2)
+        # resolved: inside a dispatch mode a lazy conj view multiplies as if unconjugated
+        vh = torch.cat([vh[..., :k, :] * phase.conj().resolve_conj().unsqueeze(-1), vh[..., k:, :]], dim=-2)
         return u, s, vh
     return out
 
