@@ -65,3 +65,22 @@ def test_ops_outside_the_modes_reach_are_judged_as_usual():
     x = torch.randn(32)
     result = _run("tf32", "sin", torch.sin, SampleInput(x))
     assert (result["status"], result["reason_kind"]) == (PASS, None)
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_the_run_records_its_precision_modes_and_strict_turns_them_off(tmp_path, strict, run_cli, rows):
+    db = tmp_path / "tf32.db"
+    backend = str(Path(__file__).parent / "wrong_backend.py")
+    result = run_cli("run", "--db", db, "--backend", backend, "--ops", "mm,addmm", "--dtypes", "float32",
+                     "--samples", 1, "--no-timing", "--workers", 1,
+                     *(["--strict-precision"] if strict else []), env={"WRONG": "tf32"})
+    assert result.exit_code == 0, result.output
+    [run] = rows(db, "SELECT precision_modes FROM runs")
+    cases = rows(db, "SELECT status, reason_kind, precision_mode FROM results")
+    assert {c["status"] for c in cases} == {PASS}
+    if strict:
+        assert run["precision_modes"] == "[]" and "precision: full" in result.output
+        assert {(c["reason_kind"], c["precision_mode"]) for c in cases} == {(None, None)}
+    else:
+        assert "tf32_matmul" in run["precision_modes"] and "reduced-precision modes on" in result.output
+        assert {(c["reason_kind"], c["precision_mode"]) for c in cases} == {(REDUCED, "tf32_matmul")}

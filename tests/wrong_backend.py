@@ -17,7 +17,10 @@ reduced-precision mode it must accept:
 
 WRONG (the environment variable) picks the behaviour for `--backend
 tests/wrong_backend.py`; tests build targets directly with WrongTarget(kind).
+Through --backend, TF32 follows the settings as on a CUDA device: on until
+`--strict-precision` sets float32 matmul precision to "highest".
 """
+import contextlib
 import os
 
 import torch
@@ -104,20 +107,30 @@ def _turned(name, out):
 
 
 class WrongTarget(Target):
-    def __init__(self, kind):
+    def __init__(self, kind, follow_settings=False):
         super().__init__("cpu")
         self.kind = kind
+        self.follow_settings = follow_settings
+
+    def _tf32(self):
+        return self.kind.startswith("tf32") and not (
+            self.follow_settings and torch.get_float32_matmul_precision() == "highest")
 
     @property
     def device_name(self):
         return f"WRONG ({self.kind}, test-only)"
 
     def context(self):
+        if self.kind.startswith("tf32") and not self._tf32():
+            return contextlib.nullcontext()
         return _Wrong(self.kind)
 
     def precision_modes(self):
-        return dict(_TF32_MODES) if self.kind.startswith("tf32") else super().precision_modes()
+        return dict(_TF32_MODES) if self._tf32() else super().precision_modes()
 
 
 def make_target():
-    return WrongTarget(os.environ.get("WRONG", "zeros"))
+    kind = os.environ.get("WRONG", "zeros")
+    if kind.startswith("tf32"):
+        torch.set_float32_matmul_precision("high")  # TF32 on, as CUDA's cuDNN has it by default
+    return WrongTarget(kind, follow_settings=True)

@@ -29,6 +29,8 @@ DTYPES = ("float32", "float16", "bfloat16", "float64")
 @click.option("--run", "measure", is_flag=True,
               help="Replay the model's calls on the target here and record them (needs the device).")
 @click.option("--timing/--no-timing", default=True, show_default=True, help="Time calls with --run.")
+@click.option("--strict-precision", is_flag=True,
+              help="With --run: turn the device's reduced-precision modes (TF32, MPS fast math) off.")
 @click.option("--backend", default=None, hidden=True,
               help="FILE.py[:factory] defining a custom target for --run (used by the test suite).")
 @click.option("--fail-on", default=FALLBACK, show_default=True,
@@ -38,7 +40,7 @@ DTYPES = ("float32", "float16", "bfloat16", "float64")
               help="Write the captured op list as JSON (for the site's check page).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 def check(model, input_shape, train, optimizer, dtype, db_path, torch_version, macos, device,
-          run_id, measure, timing, backend, fail_on, export_path, as_json):
+          run_id, measure, timing, strict_precision, backend, fail_on, export_path, as_json):
     """Will MODEL run on MPS? Capture its aten ops on the CPU and answer from the database.
 
     MODEL is a .py file defining build() -> (model, example_inputs[, loss]),
@@ -58,7 +60,7 @@ def check(model, input_shape, train, optimizer, dtype, db_path, torch_version, m
         model, db=db_path, input_shape=input_shape, train=train, optimizer=optimizer,
         dtype=dtype, run=measure, device=device, backend=backend, timing=timing,
         torch=torch_version, macos=macos, run_id=run_id, export=export_path,
-        say=lambda text: click.echo(text, err=True))
+        strict_precision=strict_precision, say=lambda text: click.echo(text, err=True))
     if as_json:
         click.echo(output.as_json(report.to_json(fail_on)))
     else:

@@ -66,7 +66,11 @@ class Worker:
 
     def describe(self, request):
         from . import environment
-        self.send({"type": "describe", "env": environment.describe(self.target)})
+        from .precision import active_modes
+        env = environment.describe(self.target)
+        # The modes the target's kernels run in (none when strict): runs.precision_modes.
+        env["precision_modes"] = [m.name for m in active_modes(self.modes)]
+        self.send({"type": "describe", "env": env})
 
     def plan(self, request):
         from mpsprobe.ops import opinfo
@@ -114,7 +118,7 @@ class Worker:
             if call.index in done:
                 continue
             self.send({"type": "begin", "index": call.index, "sample": call.summary()})
-            result = run_call(call, self.target, timing=self.config.get("timing", True))
+            result = run_call(call, self.target, timing=self.config.get("timing", True), modes=self.modes)
             self.send({"type": "result", "index": call.index, **result})
         self.send({"type": "pair_done", "n_cases": len(calls)})
 
