@@ -117,6 +117,49 @@ def _mode_promise(x, parts, dim):
     return (counts.reshape(parts[0].shape), points.reshape(parts[1].shape))
 
 
+# --- writes that land twice -----------------------------------------------------------
+
+def _flag(rest, kwargs, position, name):
+    if name in kwargs:
+        return bool(kwargs[name])
+    return bool(rest[position]) if len(rest) > position and isinstance(rest[position], bool) else False
+
+
+def written_twice(op_key, inp, rest, kwargs):
+    """A bool mask of the output positions this sample writes more than once (scatter,
+    index_copy, index_put and put without accumulation: which write wins is not
+    specified there), or None. Counted by the ops' accumulating forms, on the CPU."""
+    if not isinstance(inp, torch.Tensor) or inp.layout != torch.strided:
+        return None
+    zeros = torch.zeros(inp.shape, dtype=torch.float64)
+    try:
+        if op_key == "scatter" and "reduce" not in kwargs and len(rest) >= 2:
+            dim, index = rest[0], rest[1]
+            counts = zeros.scatter_add(dim, index, torch.ones(index.shape, dtype=torch.float64))
+        elif op_key == "index_copy" and len(rest) >= 3:
+            dim, index, source = rest[0], rest[1], rest[2]
+            counts = zeros.index_add(dim, index, torch.ones(source.shape, dtype=torch.float64))
+        elif op_key == "index_put" and len(rest) >= 2 and not _flag(rest, kwargs, 2, "accumulate"):
+            indices, values = rest[0], rest[1]
+            counts = zeros.index_put(indices, torch.ones(values.shape, dtype=torch.float64), accumulate=True)
+        elif op_key == "put" and len(rest) >= 2 and not _flag(rest, kwargs, 2, "accumulate"):
+            index, source = rest[0], rest[1]
+            counts = zeros.put(index, torch.ones(source.shape, dtype=torch.float64), accumulate=True)
+        else:
+            return None
+    except Exception:  # an index the op itself refuses: the plain comparison says so
+        return None
+    mask = counts > 1
+    return mask if bool(mask.any()) else None
+
+
+def unwritten(out, cpu_out, mask):
+    """`out` with the positions in `mask` taken from the CPU's output: not compared."""
+    if not isinstance(out, torch.Tensor) or out.shape != mask.shape:
+        return out
+    return torch.where(mask.to(out.device), cpu_out.to(out.device, out.dtype), out)
+
+
 # --- pooling over random regions ------------------------------------------------------
 
 FRACTIONAL = {"nn.functional.fractional_max_pool2d": 2, "nn.functional.fractional_max_pool3d": 3}
