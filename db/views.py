@@ -30,7 +30,7 @@ from mpsprobe.vocabulary import FAILING, PASS, STATUSES
 # sweep, whichever machine ran them; an unsharded run is a sweep of its own.
 SWEEP_IDENTITY = ("torch_version", "torch_git", "device", "device_name", "backend",
                   "os_name", "os_version", "chip")
-SWEEP_OPTIONS = ("ops", "dtypes", "samples", "mps_fallback")
+SWEEP_OPTIONS = ("ops", "dtypes", "samples", "mps_fallback", "passes")
 
 
 # -- SQL built from the vocabulary -------------------------------------------

@@ -110,14 +110,17 @@ class RunWriter:
 
     def done(self):
         """What a resumed run must not repeat: the finished (op, dtype) pairs, and
-        {(op, dtype): [sample indices recorded]} for the rest."""
+        {(op, dtype): [case keys recorded]} for the rest: the sample index of a
+        forward case, "index|pass" of another pass (mpsprobe.engine.plan.case_key)."""
         pairs = {(r["op_id"], r["dtype"]) for r in self.db.query(
             "SELECT op_id, dtype FROM pairs_done WHERE run_id = ?", [self.run_id])}
         cases = {}
         for r in self.db.query(
-                "SELECT r.op_id, r.dtype, c.sample_index FROM results r "
+                f'SELECT r.op_id, r.dtype, c.sample_index, r."{PASS_COLUMN}" AS pass_ FROM results r '
                 "JOIN cases c ON c.id = r.case_id WHERE r.run_id = ?", [self.run_id]):
-            cases.setdefault((r["op_id"], r["dtype"]), []).append(r["sample_index"])
+            index, pass_ = r["sample_index"], r["pass_"] or FORWARD
+            cases.setdefault((r["op_id"], r["dtype"]), []).append(
+                index if pass_ == FORWARD else f"{index}|{pass_}")
         return pairs, cases
 
     def record(self, pair, index, sample, result):

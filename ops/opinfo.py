@@ -139,11 +139,46 @@ def pair_seed(op, dtype):
     return zlib.crc32(f"{op}|{dtype}".encode())
 
 
-def samples(opinfo, dtype, cap):
-    """The first `cap` sample inputs of the op for `dtype`, on the CPU, seeded."""
+def samples(opinfo, dtype, cap, requires_grad=False):
+    """The first `cap` sample inputs of the op for `dtype`, on the CPU, seeded: the
+    same samples with and without `requires_grad` (set where OpInfo says)."""
     torch.manual_seed(pair_seed(op_key(opinfo), dtype_name(dtype)))
-    generated = opinfo.sample_inputs("cpu", dtype, requires_grad=False)
+    generated = opinfo.sample_inputs("cpu", dtype, requires_grad=requires_grad)
     return list(itertools.islice(generated, cap))
+
+
+def differentiable(opinfo, dtype):
+    """Whether the op has a backward pass to probe in `dtype`: it supports autograd
+    and the dtype is floating or complex (complex only where OpInfo allows it)."""
+    if not getattr(opinfo, "supports_autograd", False):
+        return False
+    if dtype.is_complex:
+        try:
+            return dtype in opinfo.supported_backward_dtypes("cpu")
+        except Exception:
+            return False
+    return dtype.is_floating_point
+
+
+def variant(opinfo, pass_):
+    """The callable a pass runs: the in-place variant, or the op itself for out= (None: none)."""
+    from mpsprobe.vocabulary import INPLACE, OUT
+    if pass_ == INPLACE:
+        return getattr(opinfo, "inplace_variant", None)
+    if pass_ == OUT:
+        return opinfo.op if getattr(opinfo, "supports_out", False) else None
+    return opinfo.op
+
+
+def passes(opinfo, dtype, wanted):
+    """The passes of `wanted` (vocabulary.PASSES order) the op has in `dtype`."""
+    from mpsprobe.vocabulary import BACKWARD, FORWARD
+    found = []
+    for pass_ in wanted:
+        if pass_ == FORWARD or (pass_ == BACKWARD and differentiable(opinfo, dtype)) \
+                or (pass_ not in (FORWARD, BACKWARD) and variant(opinfo, pass_) is not None):
+            found.append(pass_)
+    return found
 
 
 def find(opinfos, key):

@@ -109,6 +109,12 @@ _REASON_KINDS = (
                "The CPU could not run this sample, so there is nothing to compare with."),
     ReasonKind("no_unique_answer", (SKIP,), "no unique answer",
                "This sample has no unique answer (ties, free phases, empty tensors)."),
+    ReasonKind("forward_failed", (SKIP,), "the forward already fails",
+               "A backward, in-place or out= case whose forward fails or differs on the target "
+               "(recorded in the forward case): this pass cannot be judged on its own."),
+    ReasonKind("no_gradient", (SKIP,), "nothing to differentiate",
+               "A backward case whose sample has no input that requires grad or no "
+               "differentiable output."),
 )
 
 REASON_KIND = {r.name: r for r in _REASON_KINDS}

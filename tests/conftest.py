@@ -86,7 +86,7 @@ def fake_mps_db(tmp_path_factory, fake_mps):
     path = tmp_path_factory.mktemp("fake") / "fake.db"
     result = _run_cli("run", "--db", path, "--backend", fake_mps, "--ops", FAKE_OPS,
                       "--dtypes", FAKE_DTYPES, "--samples", 2, "--timeout", 3,
-                      "--workers", 2, "--json")
+                      "--workers", 2, "--passes", "forward", "--json")
     assert result.exit_code == 0, result.output
     return str(path)
 

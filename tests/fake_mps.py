@@ -9,6 +9,8 @@ driven through every way a real MPS device fails, on machines without a Mac:
   the warning is TORCH_WARN_ONCE: once per process, unless warn-always is on;
 - float64 inputs are refused when moved to the device, as MPS does;
 - an op gives wrong numbers in one dtype;
+- a backward kernel is missing (softplus_backward, as on MPS for years), and
+  another returns gradients off by a factor;
 - an op aborts the process (a hard crash); an op hangs.
 
 Which aten op does what is set by the FAKE_MPS environment variable (JSON,
@@ -42,9 +44,10 @@ FLOAT64_REFUSED = (
     "float64. Please use float32 instead.")
 
 DEFAULTS = {
-    "not_implemented": ["aten::histc"],          # like ops MPS has no kernel for
+    "not_implemented": ["aten::histc", "aten::softplus_backward"],  # like ops MPS has no kernel for
     "fallback": ["aten::bitwise_and.Tensor"],    # like MPSFallback.mm's explicit list
     "wrong": {"aten::exp": "float16"},           # native, but wrong numbers in this dtype
+    "scaled": {"aten::sigmoid_backward": 2.0},   # native, but every value off by this factor
     "abort": ["aten::erfinv"],
     "hang": ["aten::lgamma"],
     "refuse_float64": True,
@@ -96,6 +99,9 @@ class FakeMPSMode(TorchDispatchMode):
         wrong_dtype = config["wrong"].get(name)
         if wrong_dtype and isinstance(out, torch.Tensor) and str(out.dtype) == f"torch.{wrong_dtype}":
             out = out * 1.25 + 0.5
+        factor = config["scaled"].get(name)
+        if factor is not None and isinstance(out, torch.Tensor):
+            out = out * factor
         return out
 
 

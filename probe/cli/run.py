@@ -4,7 +4,7 @@ import sys
 import click
 
 from mpsprobe.cli import output
-from mpsprobe.vocabulary import STATUSES
+from mpsprobe.vocabulary import PASSES, STATUSES
 
 
 @click.command()
@@ -24,6 +24,9 @@ from mpsprobe.vocabulary import STATUSES
               help="Which torch to probe: current, a version (2.5.1), a pip requirement, nightly, "
                    "or a path to a Python that has torch. Versions get a cached virtual "
                    "environment (see `mpsprobe envs list`).")
+@click.option("--passes", default=",".join(PASSES), show_default=True,
+              help="Which passes of each op: forward, backward (gradients), inplace (op_), "
+                   "out (out=), comma-separated.")
 @click.option("--shard", default=None, help="Run only slice I of N, like 2/4 (for splitting a sweep).")
 @click.option("--resume", is_flag=True, help="Continue the newest unfinished run in the DB.")
 @click.option("--fresh", is_flag=True, help="Start a new run even if a matching one exists.")
@@ -34,7 +37,7 @@ from mpsprobe.vocabulary import STATUSES
               help="FILE.py[:factory] defining a custom target (used by the test suite).")
 @click.option("--json", "as_json", is_flag=True, help="Print a machine-readable summary.")
 def run(db_path, device, ops, dtypes, samples, timing, workers, timeout, mps_fallback,
-        torch_spec, shard, resume, fresh, strict_precision, backend, as_json):
+        torch_spec, passes, shard, resume, fresh, strict_precision, backend, as_json):
     """Probe every OpInfo op on a device and record the results.
 
     Each case (op, dtype, sample) runs on the CPU and on the target in an
@@ -46,6 +49,7 @@ def run(db_path, device, ops, dtypes, samples, timing, workers, timeout, mps_fal
         mpsprobe run
         mpsprobe run --ops 'add,nn.functional.conv2d' --dtypes float16,float32 --samples 3
         mpsprobe run --device cuda --no-timing --db cuda.db
+        mpsprobe run --ops nn.functional.gelu --passes forward,backward
         mpsprobe run --torch 2.5.1 --ops add --db history.db
     """
     import mpsprobe
@@ -71,7 +75,7 @@ def run(db_path, device, ops, dtypes, samples, timing, workers, timeout, mps_fal
         bar.update(1)
     try:
         run = mpsprobe.probe(ops, dtypes, device, samples, db_path, timing=timing, workers=workers,
-                             timeout=timeout, mps_fallback=mps_fallback, shard=shard,
+                             timeout=timeout, mps_fallback=mps_fallback, shard=shard, passes=passes,
                              torch=torch_spec, backend=backend, resume=resume, fresh=fresh,
                              strict_precision=strict_precision,
                              on_start=on_start, on_case=on_case, on_pair=on_pair,

@@ -7,6 +7,7 @@ import zlib
 from dataclasses import dataclass, field
 
 from mpsprobe.errors import MpsprobeError
+from mpsprobe.vocabulary import FORWARD, PASSES
 
 
 class PlanError(MpsprobeError):
@@ -30,12 +31,15 @@ class SweepOptions:
     resume: bool = False          # continue the newest unfinished run
     fresh: bool = False           # never continue: always start a new run
     strict_precision: bool = False  # reduced-precision modes (TF32, fast math) off in workers
+    passes: tuple = PASSES        # which passes of each op: forward, backward, inplace, out
 
     def key_fields(self):
         """The options that decide which cases a run holds (and so its identity)."""
         return {"ops": sorted(self.ops), "dtypes": sorted(self.dtypes), "samples": self.samples,
                 "mps_fallback": self.mps_fallback, "shard": list(self.shard) if self.shard else None,
-                **({"strict_precision": True} if self.strict_precision else {})}
+                **({"strict_precision": True} if self.strict_precision else {}),
+                # A forward-only run keeps the identity runs had before passes existed.
+                **({"passes": list(self.passes)} if tuple(self.passes) != (FORWARD,) else {})}
 
     def check(self):
         if self.samples < 1:
@@ -44,8 +48,23 @@ class SweepOptions:
             raise PlanError("--resume and --fresh contradict each other")
         if not isinstance(self.timeout, (int, float)) or not math.isfinite(self.timeout) or self.timeout <= 0:
             raise PlanError(f"--timeout must be a positive number of seconds (got {self.timeout})")
+        unknown = [p for p in self.passes if p not in PASSES]
+        if unknown or not self.passes:
+            raise PlanError(f"--passes takes some of {','.join(PASSES)} (got {','.join(self.passes) or 'none'})")
+        self.passes = tuple(p for p in PASSES if p in self.passes)
         if not isinstance(self.workers, int) or self.workers < 0:
             raise PlanError(f"--workers must be at least 1, or 0 for one per CPU core (got {self.workers})")
+
+
+def case_key(index, pass_=FORWARD):
+    """How a recorded case is named between the sweep and its workers (the `done`
+    lists): the sample index for a forward case, "index|pass" for the others."""
+    return index if pass_ == FORWARD else f"{index}|{pass_}"
+
+
+def key_index(key):
+    """The sample index of a case_key."""
+    return key if isinstance(key, int) else int(str(key).split("|", 1)[0])
 
 
 def parse_shard(text):

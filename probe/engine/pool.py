@@ -15,8 +15,9 @@ import tempfile
 import time
 
 from mpsprobe.errors import MpsprobeError
-from mpsprobe.vocabulary import CRASH, ERROR, TIMEOUT
+from mpsprobe.vocabulary import CRASH, ERROR, FORWARD, PASS_COLUMN, TIMEOUT
 from .launch import worker_command
+from .plan import case_key, key_index
 
 STARTUP_BUDGET_S = 180.0  # importing torch and the OpInfo database, on a slow machine
 
@@ -33,6 +34,7 @@ class _Worker:
         self.buffer = b""
         self.task = None       # the pair being run
         self.index = None      # the case in flight (after "begin", before "result")
+        self.pass_ = FORWARD   # and its pass
         self.sample = None
         self.deadline = None
 
@@ -76,7 +78,7 @@ class _Worker:
 
 def _next_index(pair):
     """The index for a result charged to a pair outside any announced case."""
-    return max(pair["done"]) + 1 if pair["done"] else 0
+    return max(key_index(k) for k in pair["done"]) + 1 if pair["done"] else 0
 
 
 def _death(returncode):
@@ -190,6 +192,8 @@ class Pool:
         worker.deadline = time.monotonic() + max(self.timeout, STARTUP_BUDGET_S)
         message = {"cmd": pair.get("cmd", "pair"), "op": pair["op"], "dtype": pair["dtype"],
                    "done": pair["done"]}
+        if "passes" in self.config:
+            message["passes"] = self.config["passes"]
         if "calls" in pair:  # a model's calls to replay, instead of OpInfo samples
             message["calls"] = pair["calls"]
         worker.send(message)
@@ -200,9 +204,10 @@ class Pool:
         worker.deadline = time.monotonic() + self.timeout
         if kind == "begin":
             worker.index, worker.sample = message["index"], message["sample"]
+            worker.pass_ = message.get("pass", FORWARD)
         elif kind == "result":
             index = message.pop("index")
-            pair["done"].append(index)
+            pair["done"].append(case_key(index, message.get(PASS_COLUMN) or FORWARD))
             on_case(pair, index, worker.sample, message)
             worker.index = worker.sample = None
         elif kind == "pair_done":
@@ -219,7 +224,7 @@ class Pool:
 
     def _lost(self, worker, queue, on_case, on_pair, timed_out):
         """A worker died or overran: charge the case in flight, requeue the rest."""
-        pair, index, sample = worker.task, worker.index, worker.sample
+        pair, index, sample, pass_ = worker.task, worker.index, worker.sample, worker.pass_
         signum, text = _death(worker.stop())
         lines = worker.stderr_lines()
         tail = lines[-1] if lines else ""
@@ -233,7 +238,7 @@ class Pool:
             if pair["attempts"] < 2:
                 queue.appendleft(pair)
                 return
-            index, sample = _next_index(pair), "(between cases)"
+            index, sample, pass_ = _next_index(pair), "(between cases)", FORWARD
         if timed_out:
             result = {"status": TIMEOUT, "check_kind": "none", "reason_kind": "hang",
                       "reason": f"no result within {self.timeout:g} s; worker killed"}
@@ -242,7 +247,8 @@ class Pool:
                       "reason": text, "message": tail or None,
                       "reason_kind": "signal" if signum else "exit",
                       "stderr_tail": "\n".join(lines) or None}
-        pair["done"].append(index)
+        result[PASS_COLUMN] = pass_
+        pair["done"].append(case_key(index, pass_))
         on_case(pair, index, sample, result)
         if between_cases:  # it died twice outside any case: the pair ends here
             on_pair(pair, index + 1)

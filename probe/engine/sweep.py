@@ -69,6 +69,7 @@ class Sweep:
         self.config = {"device": options.device, "backend": options.backend,
                        "samples": options.samples, "timing": options.timing,
                        "strict_precision": options.strict_precision,
+                       "passes": list(options.passes),
                        "threads": max(1, (os.cpu_count() or 1) // size)}
         self.pool = Pool(self.config, size=size, timeout=options.timeout,
                          python=options.python, env=worker_env(options))

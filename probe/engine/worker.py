@@ -8,9 +8,11 @@ case, so it always knows which case was running.
 Requests (stdin, one JSON object a line):
   {"cmd": "describe"}                      -> {"type": "describe", "env": {...}}
   {"cmd": "plan", "ops": [...], "dtypes": [...]} -> {"type": "plan", "pairs": [...]}
-  {"cmd": "pair", "op": ..., "dtype": ..., "done": [sample indices already recorded]}
-      -> {"type": "begin", "index": i, "sample": "..."} and {"type": "result", "index": i, ...}
-         for each sample, then {"type": "pair_done", "n_cases": n}
+  {"cmd": "pair", "op": ..., "dtype": ..., "passes": [...], "done": [case keys already recorded]}
+      -> {"type": "begin", "index": i, "pass": p, "sample": "..."} and
+         {"type": "result", "index": i, "pass": p, ...} for each sample of each pass
+         the op has (a case key: the index for forward, "i|pass" otherwise,
+         plan.case_key), then {"type": "pair_done", "n_cases": n}
   {"cmd": "replay", "op": ..., "dtype": ..., "done": [...], "calls": [encoded calls]}
       -> the same, one case per captured call of a model (modelcheck/replay.py)
 Any request can instead answer {"type": "fatal", "message": "..."}.
@@ -45,7 +47,7 @@ class Worker:
             torch.set_num_threads(threads)
         self.target = devices.resolve(config.get("device", "auto"), config.get("backend"))
         self._opinfos = None
-        self._aten_cache = {}  # (op, dtype, sample signature) -> the aten ops it dispatches
+        self._aten_cache = {}  # pass -> {(op, dtype, sample signature): the aten ops it dispatches}
         self.modes = self._precision(config.get("strict_precision", False))
 
     def _precision(self, strict):
@@ -78,36 +80,55 @@ class Worker:
         self.send({"type": "plan", "pairs": pairs})
 
     def pair(self, request):
-        from mpsprobe.ops import opinfo, samples as sample_tools
-        from .classify import first_line
-        from .execute import run_case
-        from mpsprobe.vocabulary import ERROR, SKIP
+        """Every case of one (op, dtype): each pass asked for, each sample."""
+        from mpsprobe.ops import opinfo
+        from mpsprobe.vocabulary import FORWARD, PASSES
         op = opinfo.find(self.opinfos, request["op"])
         dtype = opinfo.parse_dtype(request["dtype"])
         done = set(request.get("done") or ())
+        n_cases = 0
+        for pass_ in opinfo.passes(op, dtype, request.get("passes") or (FORWARD,)):
+            n_cases += self._pass(op, dtype, pass_, request["op"], done)
+        self.send({"type": "pair_done", "n_cases": n_cases})
+
+    def _pass(self, op, dtype, pass_, key, done):
+        """The cases of one pass; returns how many it holds."""
+        from mpsprobe.ops import opinfo, samples as sample_tools
+        from mpsprobe.vocabulary import BACKWARD, ERROR, FORWARD, OUT, PASS_COLUMN, SKIP
+        from .backward import run_backward_case
+        from .classify import first_line
+        from .execute import run_case
+        from .plan import case_key
+        from .variants import out_form, run_variant_case
         try:
-            cases = opinfo.samples(op, dtype, self.config.get("samples", 3))
+            cases = opinfo.samples(op, dtype, self.config.get("samples", 3), requires_grad=pass_ == BACKWARD)
         except Exception as e:
-            self.send({"type": "begin", "index": 0, "sample": "(sample generation failed)"})
-            self.send({"type": "result", "index": 0, "status": SKIP, "check_kind": "none",
+            self.send({"type": "begin", "index": 0, "pass": pass_, "sample": "(sample generation failed)"})
+            self.send({"type": "result", "index": 0, "status": SKIP, "check_kind": "none", PASS_COLUMN: pass_,
                        "reason": "OpInfo could not generate samples for this dtype",
                        "error_type": type(e).__name__, "message": first_line(e)})
-            self.send({"type": "pair_done", "n_cases": 1})
-            return
+            return 1
+        options = dict(timing=self.config.get("timing", True), aten_cache=self._aten_cache.setdefault(pass_, {}),
+                       modes=self.modes)
+        fn = out_form(op.op) if pass_ == OUT else opinfo.variant(op, pass_)
         for index, sample in enumerate(cases):
-            if index in done:
+            if case_key(index, pass_) in done:
                 continue
-            self.send({"type": "begin", "index": index, "sample": sample_tools.summarize(sample)})
+            self.send({"type": "begin", "index": index, "pass": pass_, "sample": sample_tools.summarize(sample)})
             try:
-                result = run_case(op.op, dtype, sample, self.target,
-                                  timing=self.config.get("timing", True), op_key=request["op"],
-                                  aten_cache=self._aten_cache, modes=self.modes)
+                if pass_ == FORWARD:
+                    result = run_case(op.op, dtype, sample, self.target, op_key=key, **options)
+                elif pass_ == BACKWARD:
+                    result = run_backward_case(op.op, dtype, sample, self.target, key, **options)
+                else:
+                    result = run_variant_case(fn, pass_, dtype, sample, self.target, key, **options)
             except Exception as e:  # a fault of the probe's, reported as such
                 result = {"status": ERROR, "check_kind": "none",
                           "reason": "mpsprobe could not judge this case",
                           "error_type": type(e).__name__, "message": str(e)[:500]}
+            result[PASS_COLUMN] = pass_
             self.send({"type": "result", "index": index, **result})
-        self.send({"type": "pair_done", "n_cases": len(cases)})
+        return len(cases)
 
     def replay(self, request):
         """A pair of a model's captured calls (modelcheck.replay.pairs), each a case."""

@@ -1,0 +1,236 @@
+"""A backward case: the gradients of one sample, on the reference, the truth and the target.
+
+The sample is the forward case's (same seed), made with `requires_grad` where
+OpInfo says. Every differentiable output gets a seeded random `grad_output`;
+`torch.autograd.grad` is taken with respect to every input that requires grad
+(an unused input's gradient counts as zeros on every side). The gradients are
+judged by the forward's tolerance policy (verdict.compare).
+
+A gradient is only judged where it has one answer: a random sample that draws,
+a sample whose outputs have no unique answer (ties under an index-choosing op,
+eigenvector phases, positions written twice) and a forward that already fails or
+differs on the target are skipped with the reason, never called wrong. The aten
+ops the backward dispatches are recorded on a call of their own.
+"""
+import time
+import warnings
+import zlib
+
+import torch
+from torch.utils._pytree import tree_flatten
+
+from mpsprobe.ops import samples as sample_tools
+from mpsprobe.vocabulary import REASON_KINDS, SKIP
+from . import ambiguity, classify, judge, precision
+from .aten import AtenCapture, aten_name
+from .execute import _call, _call_on_target, _result
+from .timing import median_ms
+from .verdict import compare
+
+_kinds = dict(zip(REASON_KINDS, REASON_KINDS))
+REFERENCE_FAILED, NO_UNIQUE_ANSWER, FORWARD_FAILED, NO_GRADIENT = (
+    _kinds["reference_failed"], _kinds["no_unique_answer"], _kinds["forward_failed"],
+    _kinds["no_gradient"])
+
+# Ops whose gradient goes to the element they chose (an index): with equal values
+# in the input, another device may choose another one, and its gradient with it.
+_CHOOSING = ("max_pool", "adaptive_max_pool", "fractional_max_pool", "max.reduction_with_dim",
+             "min.reduction_with_dim", "cummax", "cummin", "median", "nanmedian", "kthvalue",
+             "mode", "sort", "msort", "topk", "argsort", "max.reduction_no_dim",
+             "min.reduction_no_dim", "amax", "amin", "aminmax", "nn.functional.embedding_bag")
+
+
+def _no_unique_gradient(op_key, args):
+    """Why this sample's gradient has no unique answer, or None."""
+    inp, rest, kwargs = args
+    if judge.shape_only(op_key):
+        return "uninitialised memory has no gradient to compare"
+    if judge.random_sample(op_key, args):
+        return "a random sample: its gradient depends on the values drawn, which differ on the target"
+    if op_key in ambiguity.VECTOR_OPS:
+        return "eigen/singular vectors have a free phase: their gradient depends on the one chosen"
+    if ambiguity.tie_outputs(op_key, inp, rest, kwargs)[0] or ambiguity.random_regions(op_key, kwargs):
+        return "ties: the chosen element, and so the gradient, may differ on another device"
+    if ambiguity.written_twice(op_key, inp, rest, kwargs) is not None:
+        return "positions written more than once: which write wins decides the gradient"
+    if any(c in op_key for c in _CHOOSING) and isinstance(inp, torch.Tensor) and inp.numel() > 1:
+        if torch.unique(inp.detach()).numel() < inp.numel():
+            return "equal values in the input: the element chosen, and so the gradient, may differ"
+    return None
+
+
+def _grad_inputs(args):
+    return [x for x in tree_flatten(args)[0] if isinstance(x, torch.Tensor) and x.requires_grad]
+
+
+def _grad_outputs(out):
+    """Positions (in the flattened output) of the outputs a gradient flows back through."""
+    leaves = tree_flatten(out)[0]
+    return [i for i, x in enumerate(leaves) if isinstance(x, torch.Tensor) and x.requires_grad
+            and (x.is_floating_point() or x.is_complex())]
+
+
+def _picked(out, positions):
+    leaves = tree_flatten(out)[0]
+    return [leaves[i] for i in positions]
+
+
+def _seeded_grad_outputs(outputs, seed):
+    generator = torch.Generator().manual_seed(seed)
+    return [torch.randn(o.shape, dtype=o.dtype, generator=generator) for o in outputs]
+
+
+def _gradients(outputs, inputs, grad_outputs, retain=False):
+    grads = torch.autograd.grad(outputs, inputs, grad_outputs, allow_unused=True, retain_graph=retain)
+    return tuple(torch.zeros_like(x) if g is None else g for g, x in zip(grads, inputs))
+
+
+def _forward_backward(op, args, positions, grad_outputs, retain=False):
+    """(outputs, inputs, gradients) of `op` on `args`."""
+    out = _call(op, args)
+    outputs = _picked(out, positions)
+    inputs = _grad_inputs(args)
+    return outputs, inputs, _gradients(outputs, inputs, grad_outputs, retain)
+
+
+def _record_backward(op, args, positions, grad_outputs, cache, key):
+    """The aten ops (and their first call's input shapes) the backward alone dispatches:
+    a call of its own, never the reference's (a dispatch mode can change results)."""
+    if cache is not None and key in cache:
+        return cache[key]
+    shapes = {}
+
+    def on_call(func, call_args, call_kwargs, out):
+        shapes.setdefault(aten_name(func), [tuple(x.shape) for x in tree_flatten((call_args, call_kwargs))[0]
+                                            if isinstance(x, torch.Tensor)])
+    capture = AtenCapture(on_call=on_call)
+    try:
+        outputs = _picked(_call(op, args), positions)
+        inputs = _grad_inputs(args)
+        grads = [g.clone() for g in grad_outputs]
+        with capture:
+            torch.autograd.grad(outputs, inputs, grads, allow_unused=True)
+    except Exception:
+        pass  # the ops dispatched before it raised are still recorded
+    recorded = (capture.ops, shapes)
+    if cache is not None:
+        cache[key] = recorded
+    return recorded
+
+
+def _widened(grad_outputs, outputs):
+    return [g.to(o.dtype) for g, o in zip(grad_outputs, outputs)]
+
+
+def run_backward_case(op, dtype, sample, target, op_key, timing=True, aten_cache=None, modes=None):
+    """A result dict (the results-table fields) for the gradients of `op` on one SampleInput."""
+    started = time.perf_counter()
+
+    def done(status, reason, kind, **fields):
+        return _result(status, reason, reason_kind=kind, duration_s=time.perf_counter() - started, **fields)
+    cpu_args = sample_tools.call_args(sample)
+    why = _no_unique_gradient(op_key, cpu_args)
+    if why:
+        return done(SKIP, why, NO_UNIQUE_ANSWER, check_kind="none")
+    if not _grad_inputs(cpu_args):
+        return done(SKIP, "no input of this sample requires grad", NO_GRADIENT, check_kind="none")
+    try:
+        with target.context():
+            target_args = sample_tools.to_device(cpu_args, target.torch_device)
+    except Exception as e:
+        status, aten_op, reason = classify.classify_error(e)
+        return done(status, f"inputs cannot be moved to the target: {reason}", None, check_kind="none",
+                    error_type=type(e).__name__, message=classify.first_line(e), aten_op=aten_op)
+    truth_args = sample_tools.upcast(cpu_args, dtype)
+    record_args = sample_tools.to_device(cpu_args, "cpu")
+    summary = sample_tools.summarize(sample)
+
+    # The reference: forward, then the gradients for seeded grad_outputs.
+    try:
+        cpu_out = _call(op, cpu_args)
+        positions = _grad_outputs(cpu_out)
+        if not positions:
+            return done(SKIP, "no output of this sample is differentiable", NO_GRADIENT, check_kind="none")
+        cpu_outputs = _picked(cpu_out, positions)
+        grad_outputs = _seeded_grad_outputs(cpu_outputs, zlib.crc32(f"{op_key}|{dtype}|{summary}".encode()))
+        cpu_inputs = _grad_inputs(cpu_args)
+        cpu_grads = _gradients(cpu_outputs, cpu_inputs, grad_outputs, retain=timing)
+    except Exception as e:
+        return done(SKIP, "the CPU reference's backward raised: no ground truth", REFERENCE_FAILED,
+                    check_kind="none", error_type=type(e).__name__, message=classify.first_line(e))
+    truth_outputs = truth_grads = None
+    if truth_args is not None:
+        try:
+            out = _call(op, truth_args)
+            truth_outputs = _picked(out, positions)
+            truth_grads = _gradients(truth_outputs, _grad_inputs(truth_args),
+                                     _widened(grad_outputs, truth_outputs))
+        except Exception:
+            truth_outputs = truth_grads = None  # no float64 backward: judged against the CPU itself
+    aten_ops, aten_shapes = _record_backward(op, record_args, positions, grad_outputs, aten_cache,
+                                             (op_key, str(dtype), summary))
+    fields = {"aten_ops": aten_ops}
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            target_out, target_args = _call_on_target(op, cpu_args, target_args, target)
+        except Exception as e:
+            return done(SKIP, f"the forward fails on the target: {classify.classify_error(e)[2]}",
+                        FORWARD_FAILED, check_kind="none", error_type=type(e).__name__,
+                        message=classify.first_line(e), **fields)
+        # The forward must agree before its gradients can be judged alone.
+        if len(tree_flatten(target_out)[0]) != len(tree_flatten(cpu_out)[0]):
+            return done(SKIP, "the forward's outputs differ on the target", FORWARD_FAILED,
+                        check_kind="none", **fields)
+        target_outputs = _picked(target_out, positions)
+        forward = compare([o.detach() for o in target_outputs], [o.detach() for o in cpu_outputs],
+                          [o.detach() for o in truth_outputs] if truth_outputs else None, dtype,
+                          device_type=target.torch_device.type)
+        if not forward.ok or forward.undecided:
+            return done(SKIP, f"the forward differs on the target ({forward.reason}): its gradients "
+                              "are not judged on their own", FORWARD_FAILED, check_kind="none", **fields)
+        try:
+            with target.context():
+                moved = sample_tools.to_device(grad_outputs, target.torch_device)
+                target_inputs = _grad_inputs(target_args)
+                target_grads = _gradients(target_outputs, target_inputs, moved, retain=timing)
+                target.synchronize()
+        except Exception as e:
+            status, aten_op, reason = classify.classify_error(e)
+            return done(status, f"backward: {reason}", None, check_kind="none", error_type=type(e).__name__,
+                        message=classify.first_line(e), aten_op=aten_op,
+                        fallback_ops=classify.fallback_ops(str(w.message) for w in caught), **fields)
+    fallen_back = classify.fallback_ops(str(w.message) for w in caught)
+    fields["fallback_ops"] = fallen_back
+
+    applicable = precision.applicable_mode(aten_ops, modes, dtype, aten_shapes) if modes else None
+    verdict = compare(target_grads, cpu_grads, truth_grads, dtype, device_type=target.torch_device.type,
+                      trivial_input=grad_outputs[0])
+    fields.update(check_kind=verdict.check_kind, max_abs_err=verdict.max_abs_err,
+                  max_rel_err=verdict.max_rel_err, ref_abs_err=verdict.ref_abs_err,
+                  tol_atol=verdict.atol, tol_rtol=verdict.rtol,
+                  tol_factor=verdict.factor if verdict.atol is not None else None,
+                  nonfinite_mismatch=int(verdict.nonfinite_mismatch))
+    status, reason, kind = judge.status_of(verdict, judge.Judgement(), fallen_back, False, applicable, False)
+    if verdict.notes:
+        fields["notes"] = list(verdict.notes)
+    if timing:
+        fields.update(_time(cpu_outputs, cpu_inputs, grad_outputs, target_outputs, target_inputs, moved, target))
+    return done(status, reason.replace("output", "gradient", 1) if reason.startswith("output") else reason,
+                kind, **fields)
+
+
+def _time(cpu_outputs, cpu_inputs, grad_outputs, target_outputs, target_inputs, moved, target):
+    """The backward alone, timed on both sides (the graph kept between repetitions)."""
+    try:
+        ref_ms = median_ms(lambda: _gradients(cpu_outputs, cpu_inputs, grad_outputs, True), lambda: None)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            with target.context():
+                target_ms = median_ms(lambda: _gradients(target_outputs, target_inputs, moved, True),
+                                      target.synchronize)
+    except Exception:
+        return {}
+    return {"ref_ms": ref_ms, "target_ms": target_ms,
+            "speedup": ref_ms / target_ms if target_ms > 0 else None}
