@@ -164,10 +164,25 @@ def variant(opinfo, pass_):
     """The callable a pass runs: the in-place variant, or the op itself for out= (None: none)."""
     from mpsprobe.vocabulary import INPLACE, OUT
     if pass_ == INPLACE:
-        return getattr(opinfo, "inplace_variant", None)
+        return getattr(opinfo, "inplace_variant", None) or _inplace_keyword(opinfo.op)
     if pass_ == OUT:
         return opinfo.op if getattr(opinfo, "supports_out", False) else None
     return opinfo.op
+
+
+def _inplace_keyword(op):
+    """`op` with inplace=True, for functions that take it (F.relu: aten::relu_) but whose
+    OpInfo names no in-place variant; None for others."""
+    import inspect
+    try:
+        if "inplace" not in inspect.signature(op).parameters:
+            return None
+    except (TypeError, ValueError):
+        return None
+
+    def inplace(inp, *args, **kwargs):
+        return op(inp, *args, **dict(kwargs, inplace=True))
+    return inplace
 
 
 def passes(opinfo, dtype, wanted):

@@ -156,6 +156,16 @@ def timing(ev):
             statistics.median(t[1] for t in ev.timings))
 
 
+def out_of_place(op):
+    """`aten::add.Tensor` for `aten::add_.Tensor`, `aten::relu` for `aten::relu_`; None
+    for an op that is not an in-place one (`aten::_softmax` is not: a leading _)."""
+    name, dot, overload = op.partition(".")
+    base = name.rsplit("::", 1)[-1]
+    if not base.endswith("_") or base.endswith("__") or len(base) < 2:
+        return None
+    return name[:-1] + dot + overload
+
+
 def other_dtypes(found, op, dtype):
     """The dtypes, other than `dtype`, in which `op` was probed."""
     return sorted(d for (o, d) in found if o == op and d != dtype)

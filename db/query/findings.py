@@ -10,6 +10,12 @@ Three kinds of finding, each worth something upstream:
   natively: it decomposes into ops that have one (worth knowing before
   writing a kernel).
 
+Backward cases are compared with the gradient lists (common_mps.py's
+`mps_ops_grad_modifier`: XFAILLIST_GRAD, …, as `declared_entries` rows with
+modifier 'grad'): a gradient is declared failing where an ungated gradient
+list names the (op, dtype), declared to work where none does and the forward
+is declared to work; findings of the backward pass carry `pass`: backward.
+
 And one figure: the agreement rate, the fraction of (op, dtype) pairs where
 measured support (pass, mismatch, skip: supported; unsupported or a CPU
 fallback: not) agrees with the declared support. Errors, crashes and timeouts
@@ -23,9 +29,9 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from mpsprobe.errors import MpsprobeError
-from mpsprobe.vocabulary import (ERROR, FAILING, FALLBACK, FORWARD, MISMATCH, PASS,
+from mpsprobe.vocabulary import (BACKWARD, ERROR, FAILING, FALLBACK, FORWARD, MISMATCH, PASS,
                                  PASS_COLUMN, SKIP, UNSUPPORTED)
-from . import declared, rows, view
+from . import declared, present, rows, view
 from .runs import pick_run
 
 
@@ -66,15 +72,15 @@ def _support(status, supported, unsupported):
     return None
 
 
-def _measured(conn, run_id):
+def _measured(conn, run_id, pass_=FORWARD):
     pairs = {(r["op_id"], r["dtype"]): r for r in rows(
         conn, f"SELECT op_id, dtype, status, n_cases, n_{PASS} FROM {view(conn, 'op_dtype_status')} "
-              f"WHERE run_id = ? AND {PASS_COLUMN} = ?", [run_id, FORWARD])}
+              f"WHERE run_id = ? AND {PASS_COLUMN} = ?", [run_id, pass_])}
     aten_ops = defaultdict(dict)
     reasons = {}
     for r in rows(conn, "SELECT op_id, dtype, status, reason, aten_op, message, aten_ops "
                         f"FROM results WHERE run_id = ? AND {PASS_COLUMN} = ? ORDER BY case_id",
-                  [run_id, FORWARD]):
+                  [run_id, pass_]):
         key = (r["op_id"], r["dtype"])
         for name in json.loads(r["aten_ops"] or "[]"):
             aten_ops[key][name] = None
@@ -104,6 +110,41 @@ def _why(reason_row):
     if reason_row.get("aten_op"):
         parts.append(reason_row["aten_op"])
     return " ".join(p for p in parts if p)
+
+
+def _grad_lists(conn, version):
+    """{(op, dtype or None): list name} of the ungated gradient lists of one torch version."""
+    if "declared_entries" not in present(conn):
+        return {}
+    found = {}
+    for r in rows(conn, "SELECT list_name, op_id, dtypes FROM declared_entries "
+                        "WHERE torch_version = ? AND modifier = 'grad' AND gate IS NULL", [version]):
+        for dtype in json.loads(r["dtypes"]) if r["dtypes"] else [None]:
+            found.setdefault((r["op_id"], dtype), r["list_name"])
+    return found
+
+
+def _backward_findings(conn, run_id, version, forward_declared):
+    """Findings of the backward pass against the gradient lists (mps only)."""
+    lists = _grad_lists(conn, version)
+    measured, _, reasons = _measured(conn, run_id, BACKWARD)
+    findings = []
+    for (op, dtype), m in sorted(measured.items()):
+        listed = lists.get((op, dtype)) or lists.get((op, None))
+        status = m["status"]
+        base = {"op_id": op, "dtype": dtype, PASS_COLUMN: BACKWARD, "measured": status,
+                "n_cases": m["n_cases"]}
+        if listed and "SKIP" not in listed and status == PASS:
+            findings.append(dict(base, kind="stale_xfail", declared=ERROR, source=listed, explanation=(
+                f"gradient declared failing by {listed}, yet all {m['n_cases']} backward cases pass: "
+                "the expectation looks stale")))
+        elif not listed and status in FAILING and status != SKIP \
+                and (forward_declared.get((op, dtype)) or {}).get("status") == PASS:
+            why = _why(reasons.get((op, dtype)))
+            findings.append(dict(base, kind="undeclared_failure", declared=PASS, source="common_mps", explanation=(
+                f"gradient declared to work (no gradient list names it), yet {status}"
+                + (f": {why}" if why else ""))))
+    return findings
 
 
 def report(conn, run_id=None, against=None):
@@ -137,7 +178,7 @@ def report(conn, run_id=None, against=None):
             agreement["undeclared"] += 1
             continue
         status, dstatus = m["status"], d["status"]
-        base = {"op_id": op, "dtype": dtype, "measured": status, "declared": dstatus,
+        base = {"op_id": op, "dtype": dtype, PASS_COLUMN: FORWARD, "measured": status, "declared": dstatus,
                 "source": d["source"], "n_cases": m["n_cases"]}
         if dstatus in DECLARED_FAILING and status == PASS:
             findings.append(dict(base, kind="stale_xfail", explanation=(
@@ -168,6 +209,8 @@ def report(conn, run_id=None, against=None):
             agreement["disagreements"].append(dict(base, explanation=(
                 f"declared {'supported' if ds else UNSUPPORTED} ({d['source']}), "
                 f"measured {status}")))
+    if device == "mps":
+        findings += _backward_findings(conn, run["id"], version, declared_rows)
     decided = agreement["agree"] + agreement["disagree"]
     agreement["rate"] = agreement["agree"] / decided if decided else None
     counts = {k.name: sum(f["kind"] == k.name for f in findings) for k in KINDS}

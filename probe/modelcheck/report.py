@@ -92,7 +92,14 @@ def answer(conn, model_ops, run, model_ms=None, recorded_in=None):
     for use in model_ops.ops:
         ev = found.get((use.aten_op, use.dtype))
         klass, status, note = blame.verdict(ev)
-        if klass == UNKNOWN and ev is None:
+        plain = blame.out_of_place(use.aten_op) if klass == UNKNOWN else None
+        if plain and found.get((plain, use.dtype)) is not None \
+                and blame.verdict(found[plain, use.dtype])[0] != UNKNOWN:
+            # The in-place op itself was never probed: say what its out-of-place form shows.
+            ev = found[plain, use.dtype]
+            klass, status, note = blame.verdict(ev)
+            note = f"only the out-of-place op probed ({plain}: {note})"
+        elif klass == UNKNOWN and ev is None:
             elsewhere = blame.other_dtypes(found, use.aten_op, use.dtype)
             if elsewhere:
                 note = f"never probed in {use.dtype} (probed in {', '.join(elsewhere)})"
