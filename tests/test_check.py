@@ -66,11 +66,12 @@ def by_op(data):
 
 @pytest.fixture(scope="session")
 def probe_db(tmp_path_factory):
-    """A real probe run of the ConvNet's OpInfo ops on the fake MPS backend."""
+    """A real probe run of the ConvNet's OpInfo ops on the fake MPS backend, forward
+    only (tests/test_passes.py answers backward kernels from backward cases)."""
     path = tmp_path_factory.mktemp("check") / "probe.db"
     result = invoke("run", "--db", path, "--backend", FAKE_MPS, "--ops", PROBED,
                     "--dtypes", "float32", "--samples", 2, "--timeout", 10, "--no-timing",
-                    "--workers", 2, env={"FAKE_MPS": FAKE_CONFIG})
+                    "--workers", 2, "--passes", "forward", env={"FAKE_MPS": FAKE_CONFIG})
     assert result.exit_code == 0, result.output
     return str(path)
 

@@ -1,6 +1,8 @@
 """End to end on the CPU: the real probe over a small op subset, checked in the DB."""
 import json
 
+from mpsprobe.vocabulary import FORWARD, PASS_COLUMN
+
 
 def test_every_case_has_exactly_one_result(cpu_db, rows):
     cases = rows(cpu_db, "SELECT id FROM cases")
@@ -37,7 +39,8 @@ def test_run_records_where_it_was_measured(cpu_db, rows):
 
 def test_cases_record_aten_ops_sample_and_timing(cpu_db, rows):
     conv = rows(cpu_db, "SELECT r.*, c.sample FROM results r JOIN cases c ON c.id = r.case_id "
-                        "WHERE r.op_id = 'nn.functional.conv2d' AND r.dtype = 'float32'")
+                        "WHERE r.op_id = 'nn.functional.conv2d' AND r.dtype = 'float32' "
+                        f"AND r.{PASS_COLUMN} = ?", [FORWARD])
     assert conv
     for r in conv:
         assert "aten::convolution" in json.loads(r["aten_ops"])

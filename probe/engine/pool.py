@@ -204,7 +204,7 @@ class Pool:
         worker.deadline = time.monotonic() + self.timeout
         if kind == "begin":
             worker.index, worker.sample = message["index"], message["sample"]
-            worker.pass_ = message.get("pass", FORWARD)
+            worker.pass_ = message.get(PASS_COLUMN, FORWARD)
         elif kind == "result":
             index = message.pop("index")
             pair["done"].append(case_key(index, message.get(PASS_COLUMN) or FORWARD))

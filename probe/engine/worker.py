@@ -103,7 +103,7 @@ class Worker:
         try:
             cases = opinfo.samples(op, dtype, self.config.get("samples", 3), requires_grad=pass_ == BACKWARD)
         except Exception as e:
-            self.send({"type": "begin", "index": 0, "pass": pass_, "sample": "(sample generation failed)"})
+            self.send({"type": "begin", "index": 0, PASS_COLUMN: pass_, "sample": "(sample generation failed)"})
             self.send({"type": "result", "index": 0, "status": SKIP, "check_kind": "none", PASS_COLUMN: pass_,
                        "reason": "OpInfo could not generate samples for this dtype",
                        "error_type": type(e).__name__, "message": first_line(e)})
@@ -114,7 +114,8 @@ class Worker:
         for index, sample in enumerate(cases):
             if case_key(index, pass_) in done:
                 continue
-            self.send({"type": "begin", "index": index, "pass": pass_, "sample": sample_tools.summarize(sample)})
+            self.send({"type": "begin", "index": index, PASS_COLUMN: pass_,
+                       "sample": sample_tools.summarize(sample)})
             try:
                 if pass_ == FORWARD:
                     result = run_case(op.op, dtype, sample, self.target, op_key=key, **options)

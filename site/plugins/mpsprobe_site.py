@@ -17,7 +17,7 @@ from mpsprobe.db.query import declared as declared_q, history, matrix, runs as r
 from mpsprobe.db.views import inline_missing, quoted
 from mpsprobe.site.common import (ask, cases_url, get_database, op_url, render, run_label,
                                   status_badge, status_class, template_vars, url)
-from mpsprobe.vocabulary import FALLBACK, FORWARD, PASSES, STATUSES, UNSUPPORTED, is_status
+from mpsprobe.vocabulary import FALLBACK, FORWARD, PASS_COLUMN, PASSES, STATUSES, UNSUPPORTED, is_status
 
 # The canonical column order of the matrix; dtypes not listed follow, sorted.
 DTYPE_ORDER = ("bool", "uint8", "int8", "int16", "int32", "int64", "float16", "bfloat16",
@@ -191,7 +191,7 @@ async def matrix_page(datasette, request):
     choice = args.get("run", "")
     op_like = op_pattern(args.get("op"))
     wanted = [s for s in args.getlist("status") if is_status(s)]
-    pass_ = args.get("pass") if args.get("pass") in PASSES else FORWARD
+    pass_ = args.get(PASS_COLUMN) if args.get(PASS_COLUMN) in PASSES else FORWARD
     run = declared = None
     if choice.startswith("declared:"):
         _, torch, device = choice.split(":", 2)
@@ -239,7 +239,7 @@ async def matrix_page(datasette, request):
         "run_label": run_label, "declared": declared, "declared_choices": declared_choices,
         "choice": choice or (run["id"] if run else ""), "op_filter": args.get("op", ""),
         "wanted": wanted, "dtypes": dtypes, "table": table, "totals": totals,
-        "passes": PASSES, "pass_": pass_,
+        "passes": PASSES, "pass_": pass_, "pass_param": PASS_COLUMN,
         "table_html": Markup("\n".join(table)),
         "compare_url": url(datasette, "/-/compare", b=run["id"]) if run else None,
     })
@@ -249,7 +249,7 @@ async def op_page(datasette, request):
     db = get_database(datasette)
     op_id = urllib.parse.unquote(request.url_vars["op_id"])
     op = await ask(db, matrix.op, op_id)
-    pass_ = request.args.get("pass") if request.args.get("pass") in PASSES else FORWARD
+    pass_ = request.args.get(PASS_COLUMN) if request.args.get(PASS_COLUMN) in PASSES else FORWARD
     configurations = await ask(db, history.op_history, op_id, pass_)
     declared = await ask(db, declared_q.for_op, op_id)
     if not op and not configurations and not declared:

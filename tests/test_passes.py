@@ -1,0 +1,170 @@
+"""Backward, in-place and out= cases: planned per pass, judged, recorded, resumed, answered.
+
+The fake MPS backend lacks softplus_backward (MPS's own not-implemented text) and
+returns sigmoid's gradient doubled; both must be caught, with the op named. On
+the CPU against itself every pass is clean, and what has no unique gradient is
+skipped with the reason. (Resuming across passes: tests/test_resume.py.)
+"""
+import json
+import sqlite3
+
+import pytest
+
+import fake_mps as fake_backend
+from mpsprobe.db.query import blame, findings
+from mpsprobe.vocabulary import (BACKWARD, ERROR, FORWARD, INPLACE, MISMATCH, OUT, PASS,
+                                 PASS_COLUMN, SKIP, UNSUPPORTED)
+
+FAKE_OPS = "nn.functional.softplus,sigmoid,add,nn.functional.relu"
+
+MODEL = '''
+import torch
+import torch.nn as nn
+
+
+def build():
+    model = nn.Sequential(nn.Linear(4, 4), nn.Softplus(), nn.Linear(4, 4), nn.Sigmoid(),
+                          nn.Linear(4, 2), nn.ReLU(inplace=True))
+    return model, torch.randn(3, 4), lambda out: out.sum()
+'''
+
+
+@pytest.fixture(scope="module")
+def fake_db(tmp_path_factory, run_cli, fake_mps):
+    path = tmp_path_factory.mktemp("passes") / "fake.db"
+    result = run_cli("run", "--db", path, "--backend", fake_mps, "--ops", FAKE_OPS,
+                     "--dtypes", "float32", "--samples", 2, "--no-timing", "--workers", 2, "--json")
+    assert result.exit_code == 0, result.output
+    return str(path)
+
+
+def _cases(rows, db, op, pass_):
+    return rows(db, f"SELECT r.*, c.sample FROM results r JOIN cases c ON c.id = r.case_id "
+                    f"WHERE r.op_id = ? AND r.{PASS_COLUMN} = ? ORDER BY r.case_id", (op, pass_))
+
+
+def test_a_missing_backward_kernel_is_unsupported_with_the_op_named(fake_db, rows):
+    found = _cases(rows, fake_db, "nn.functional.softplus", BACKWARD)
+    assert found and all(r["status"] == UNSUPPORTED for r in found)
+    for r in found:
+        assert r["aten_op"] == "aten::softplus_backward"
+        assert r["message"].startswith("The operator 'aten::softplus_backward' is not currently "
+                                       "implemented for the MPS device.")
+        assert r["case_id"].endswith("|backward")
+    # Its forward works: only the gradient is missing.
+    assert {r["status"] for r in _cases(rows, fake_db, "nn.functional.softplus", FORWARD)} == {PASS}
+
+
+def test_a_wrong_gradient_is_a_mismatch(fake_db, rows):
+    found = _cases(rows, fake_db, "sigmoid", BACKWARD)
+    with_values = [r for r in found if ",0" not in r["sample"] and "[0" not in r["sample"]]
+    assert with_values and all(r["status"] == MISMATCH and r["reason_kind"] == "values" for r in with_values)
+    assert all("aten::sigmoid_backward" in json.loads(r["aten_ops"]) for r in with_values)
+    assert all(r["reason"].startswith("gradient") for r in with_values)
+    assert {r["status"] for r in _cases(rows, fake_db, "sigmoid", FORWARD)} == {PASS}
+    # The in-place and out= forms of sigmoid use the forward kernels: they pass.
+    assert {r["status"] for r in _cases(rows, fake_db, "sigmoid", INPLACE)} == {PASS}
+    assert {r["status"] for r in _cases(rows, fake_db, "sigmoid", OUT)} == {PASS}
+
+
+def test_every_pass_of_an_op_is_a_case_of_its_own(fake_db, rows):
+    found = rows(fake_db, f"SELECT {PASS_COLUMN} AS p, count(*) AS n FROM results "
+                          f"WHERE op_id = 'add' GROUP BY {PASS_COLUMN}")
+    assert {r["p"]: r["n"] for r in found} == {FORWARD: 2, BACKWARD: 2, INPLACE: 2, OUT: 2}
+    inplace = _cases(rows, fake_db, "add", INPLACE)
+    assert all("aten::add_.Tensor" in json.loads(r["aten_ops"]) for r in inplace)
+    # F.relu has no OpInfo in-place variant, but takes inplace=True: aten::relu_.
+    relu = _cases(rows, fake_db, "nn.functional.relu", INPLACE)
+    assert relu and all(json.loads(r["aten_ops"]) == ["aten::relu_"] for r in relu)
+    # Backward cases record what the backward dispatched, not the forward.
+    ops = {o for r in _cases(rows, fake_db, "nn.functional.relu", BACKWARD) for o in json.loads(r["aten_ops"])}
+    assert "aten::threshold_backward" in ops and "aten::relu" not in ops
+    view = rows(fake_db, f"SELECT status FROM op_dtype_status WHERE op_id = 'sigmoid' AND {PASS_COLUMN} = ?",
+                (BACKWARD,))
+    assert [v["status"] for v in view] == [MISMATCH]
+
+
+def test_check_train_answers_backward_kernels_from_backward_evidence(fake_db, tmp_path, run_cli):
+    model = tmp_path / "model.py"
+    model.write_text(MODEL)
+    result = run_cli("check", model, "--train", "--db", fake_db, "--json")
+    ops = {o["aten_op"]: o for o in json.loads(result.output[result.output.index("{"):])["ops"]
+           if o["dtype"] == "float32"}
+    assert ops["aten::softplus_backward"]["class"] == UNSUPPORTED
+    assert "nn.functional.softplus" in ops["aten::softplus_backward"]["probe_ops"]
+    assert ops["aten::sigmoid_backward"]["class"] == MISMATCH
+    assert ops["aten::threshold_backward"]["class"] == "ok"
+    assert ops["aten::relu_"]["class"] == "ok"     # probed in place (inplace=True)
+    assert result.exit_code == 1
+
+
+def test_in_place_answered_from_the_out_of_place_op_says_so(fake_db):
+    from mpsprobe.modelcheck.capture import ModelOps, OpUse
+    from mpsprobe.modelcheck.report import answer
+    conn = sqlite3.connect(fake_db)
+    conn.row_factory = sqlite3.Row
+    run = dict(conn.execute("SELECT * FROM runs").fetchone())
+    uses = [OpUse("aten::softplus_", "float32", 1), OpUse("aten::lgamma_", "float32", 1)]
+    report = answer(conn, ModelOps("m", "forward", "float32", uses), run)
+    by_op = {a.aten_op: a for a in report.answers}
+    assert by_op["aten::softplus_"].note.startswith("only the out-of-place op probed (aten::softplus")
+    assert by_op["aten::lgamma_"].klass == "unknown"   # nothing probed either way
+    assert blame.out_of_place("aten::add_.Tensor") == "aten::add.Tensor"
+    assert blame.out_of_place("aten::_softmax") is None
+
+
+def test_backward_findings_against_the_gradient_lists(fake_db):
+    conn = sqlite3.connect(fake_db)
+    conn.row_factory = sqlite3.Row
+    version = conn.execute("SELECT torch_version FROM runs").fetchone()[0]
+    with conn:
+        conn.execute("CREATE TABLE IF NOT EXISTS declared (torch_version TEXT, device TEXT, op_id TEXT, "
+                     "dtype TEXT, status TEXT, source TEXT, note TEXT)")
+        conn.execute("CREATE TABLE IF NOT EXISTS declared_entries (torch_version TEXT, modifier TEXT, "
+                     "list_name TEXT, list_key TEXT, op_id TEXT, dtypes TEXT, gate TEXT)")
+        for op in ("sigmoid", "nn.functional.softplus", "add"):
+            conn.execute("INSERT INTO declared VALUES (?, 'mps', ?, 'float32', ?, 'common_mps', '')",
+                         [version, op, PASS])
+        conn.execute("INSERT INTO declared_entries VALUES (?, 'grad', 'XFAILLIST_GRAD', 'add', 'add', "
+                     "'[\"float32\"]', NULL)", [version])
+    try:
+        found = findings.report(conn, against="mps")["findings"]
+    finally:
+        conn.close()
+    backward = {(f["kind"], f["op_id"]) for f in found if f[PASS_COLUMN] == BACKWARD}
+    assert backward == {("stale_xfail", "add"), ("undeclared_failure", "sigmoid"),
+                        ("undeclared_failure", "nn.functional.softplus")}
+
+
+@pytest.fixture(scope="module")
+def cpu_db(tmp_path_factory, run_cli):
+    path = tmp_path_factory.mktemp("passes") / "cpu.db"
+    result = run_cli("run", "--db", path, "--device", "cpu", "--samples", 3, "--no-timing",
+                     "--ops", "add,nn.functional.dropout,max.reduction_with_dim,linalg.eigh,"
+                              "nn.functional.conv2d", "--dtypes", "float32", "--workers", 2)
+    assert result.exit_code == 0, result.output
+    return str(path)
+
+
+def test_the_cpu_against_itself_is_clean_in_every_pass(cpu_db, rows):
+    found = rows(cpu_db, f"SELECT {PASS_COLUMN} AS p, status, count(*) AS n FROM results "
+                         f"GROUP BY {PASS_COLUMN}, status")
+    assert {r["p"] for r in found} == {FORWARD, BACKWARD, INPLACE, OUT}
+    assert not [r for r in found if r["status"] not in (PASS, SKIP)], found
+    assert not [r for r in found if r["status"] == ERROR]
+
+
+def test_no_unique_gradient_is_skipped_with_the_reason(cpu_db, rows):
+    eigh = _cases(rows, cpu_db, "linalg.eigh", BACKWARD)
+    assert eigh and all(r["status"] == SKIP and "free phase" in r["reason"] for r in eigh)
+    dropout = _cases(rows, cpu_db, "nn.functional.dropout", BACKWARD)
+    drawn = [r for r in dropout if "random sample" in (r["reason"] or "")]
+    assert drawn and all(r["status"] == SKIP for r in drawn)
+    # An in-place add that would broadcast into its input: the CPU refuses too.
+    refused = [r for r in _cases(rows, cpu_db, "add", INPLACE) if r["status"] == SKIP]
+    assert refused and all(r["reason_kind"] == "reference_failed" and r["message"] for r in refused)
+
+
+def test_fake_backend_has_the_gradient_faults():
+    assert "aten::softplus_backward" in fake_backend.DEFAULTS["not_implemented"]
+    assert fake_backend.DEFAULTS["scaled"] == {"aten::sigmoid_backward": 2.0}
