@@ -185,7 +185,7 @@ def _compare_tensor(verdict, where, t, c, g, values, device_type, trivial=(), mo
     t, c = _plain(t), _plain(c)
     if t.is_floating_point() or t.is_complex():
         trivial = [(name, _plain(z)) for name, z in trivial
-                   if isinstance(z, torch.Tensor) and z.shape == c.shape]
+                   if isinstance(z, torch.Tensor) and z.shape == c.shape and z.is_complex() == c.is_complex()]
         _compare_floating(verdict, where, t, c, _plain(g) if isinstance(g, torch.Tensor) else None,
                           trivial, mode)
     elif not torch.equal(t, c):

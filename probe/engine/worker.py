@@ -81,6 +81,7 @@ class Worker:
         from mpsprobe.ops import opinfo, samples as sample_tools
         from .classify import first_line
         from .execute import run_case
+        from .judge import REFERENCE_FAILED
         from mpsprobe.vocabulary import ERROR, SKIP
         op = opinfo.find(self.opinfos, request["op"])
         dtype = opinfo.parse_dtype(request["dtype"])
@@ -91,6 +92,7 @@ class Worker:
             self.send({"type": "begin", "index": 0, "sample": "(sample generation failed)"})
             self.send({"type": "result", "index": 0, "status": SKIP, "check_kind": "none",
                        "reason": "OpInfo could not generate samples for this dtype",
+                       "reason_kind": REFERENCE_FAILED,
                        "error_type": type(e).__name__, "message": first_line(e)})
             self.send({"type": "pair_done", "n_cases": 1})
             return
