@@ -11,7 +11,7 @@ from mpsprobe.engine.devices import Target
 from mpsprobe.engine.execute import run_case
 from mpsprobe.ops import opinfo
 from mpsprobe.ops.samples import to_device, upcast
-from mpsprobe.vocabulary import MISMATCH, PASS, REASON_KINDS, SKIP
+from mpsprobe.vocabulary import MISMATCH, PASS, REASON_KINDS
 
 sys.path.insert(0, str(Path(__file__).parent))
 from wrong_backend import WrongTarget  # noqa: E402
@@ -195,7 +195,8 @@ def test_repeated_eigenvalues_leave_the_vectors_to_the_reconstruction():
 
 
 def _on_target(reference, target):
-    """An op that is `reference` on its first three calls (CPU, truth, aten record), then `target`."""
+    """An op that is `reference` on its first three calls (CPU, float64 truth, aten record),
+    then `target`: for samples of a dtype narrower than float64."""
     calls = []
 
     def op(*args):
@@ -213,4 +214,21 @@ def test_scatter_positions_written_twice_are_left_out_and_the_rest_still_judged(
     wrong = torch.tensor([[0, 2, 0, 0], [0, 1, 1, 1]])  # a position written once, to the wrong row
     wrong_row = _on_target(torch.scatter, lambda inp, d, i, v: torch.scatter(inp, d, wrong, v))
     result = run_case(wrong_row, torch.float32, sample, CPU, timing=False, op_key="scatter")
+    assert result["status"] == MISMATCH, result
+
+
+def test_eigenvalues_in_another_order_pass_and_wrong_ones_do_not():
+    a = torch.randn(3, 5, 5, generator=torch.Generator().manual_seed(6))
+
+    def reversed_eig(x):
+        w, v = torch.linalg.eig(x)
+        return w.flip(-1), v.flip(-1)
+    result = run_case(_on_target(torch.linalg.eig, reversed_eig), torch.float32, SampleInput(a), CPU,
+                      timing=False, op_key="linalg.eig")
+    assert result["status"] == PASS, result
+    unmatched = run_case(_on_target(torch.linalg.eig, reversed_eig), torch.float32, SampleInput(a), CPU,
+                         timing=False, op_key="eig without a promise")
+    assert unmatched["status"] == MISMATCH  # so the order did differ
+    scaled = _on_target(torch.linalg.eigvals, lambda x: torch.linalg.eigvals(x).flip(-1) * 1.01)
+    result = run_case(scaled, torch.float32, SampleInput(a), CPU, timing=False, op_key="linalg.eigvals")
     assert result["status"] == MISMATCH, result

@@ -16,7 +16,8 @@ Decided per sample, from the actual input, never per op name:
   CPU's output) is real and positive, jointly for U and Vh; and the
   reconstruction (Q diag(L) Q^H, U diag(S) Vh) is compared as well, which is
   unique even where the vectors are not. With a repeated value the vectors
-  themselves are unchecked and the reconstruction decides.
+  themselves are unchecked and the reconstruction decides. linalg.eig promises
+  no order: its eigenvalues (and vectors) are matched to the CPU's first.
 """
 import torch
 
@@ -195,7 +196,7 @@ def pooled_promise(op_key, inp, args, out):
 
 # --- eigenvectors and singular vectors ------------------------------------------------
 
-VECTOR_OPS = ("linalg.eigh", "linalg.eig", "linalg.svd", "svd", "svd_lowrank", "pca_lowrank")
+VECTOR_OPS = ("linalg.eigh", "linalg.eig", "linalg.svd", "svd", "svd_lowrank", "pca_lowrank", "linalg.eigvals")
 # Ops returning V where linalg.svd returns Vh.
 _RETURNS_V = ("svd", "svd_lowrank", "pca_lowrank")
 
@@ -225,6 +226,24 @@ def _repeated(values, dtype):
     return bool((gaps <= eps ** 0.5).any())
 
 
+def _matched(values, vectors, reference):
+    """`values` (and `vectors`' columns) reordered to follow `reference`: each reference
+    eigenvalue takes the nearest unused one. linalg.eig promises no order."""
+    order = torch.empty(values.shape, dtype=torch.long)
+    flat_v, flat_r = values.reshape(-1, values.shape[-1]), reference.reshape(-1, reference.shape[-1])
+    flat_o = order.reshape(-1, values.shape[-1])
+    for b in range(flat_v.shape[0]):
+        distance = (flat_r[b].unsqueeze(-1).to(torch.complex128) - flat_v[b].unsqueeze(0).to(torch.complex128)).abs()
+        for i in range(distance.shape[0]):
+            j = int(distance[i].argmin())
+            flat_o[b, i] = j
+            distance[:, j] = float("inf")
+    values = values.gather(-1, order)
+    if vectors is not None:
+        vectors = vectors.gather(-1, order.unsqueeze(-2).expand(vectors.shape))
+    return values, vectors
+
+
 def _svd_parts(op_key, out):
     u, s, v = out[0], out[1], out[2]
     vh = v.mH if op_key in _RETURNS_V else v
@@ -238,12 +257,16 @@ def canonical(op_key, out, cpu_out, dtype):
     Applied alike to the target's, the CPU's and the truth's outputs, with pivots
     read on `cpu_out`; returns (out, (), None) for any other op.
     """
+    if op_key == "linalg.eigvals" and isinstance(out, torch.Tensor):
+        return _matched(out, None, cpu_out)[0], (), None
     if op_key not in VECTOR_OPS or not isinstance(out, (tuple, list)):
         return out, (), None
     if op_key in _RETURNS_V and not bool((cpu_out[0] != 0).any()):
         return tuple(out), (), None  # compute_uv=False: U and V are zero placeholders
     if op_key in ("linalg.eigh", "linalg.eig"):
         values, vectors = out[0], out[1]
+        if op_key == "linalg.eig":
+            values, vectors = _matched(values, vectors, cpu_out[0])
         pivot = _pivot(cpu_out[1])
         turned = vectors * _phases(vectors, pivot).conj()
         parts = [values, turned]

@@ -83,7 +83,7 @@ def prepare(op_key, cpu_args, target_out, cpu_out, truth_out, dtype):
         except Exception:  # a malformed target output: the plain comparison says so
             pass
     cpu_out_raw = cpu_out
-    if op_key in ambiguity.VECTOR_OPS and isinstance(cpu_out, (tuple, list)):
+    if op_key in ambiguity.VECTOR_OPS and isinstance(cpu_out, (tuple, list, torch.Tensor)):
         try:
             canon = [ambiguity.canonical(op_key, out, cpu_out, dtype) if out is not None else (None, (), None)
                      for out in (target_out, cpu_out, truth_out)]

@@ -98,6 +98,7 @@ class Worker:
         from .backward import run_backward_case
         from .classify import first_line
         from .execute import run_case
+        from .judge import REFERENCE_FAILED
         from .plan import case_key
         from .variants import out_form, run_variant_case
         try:
@@ -106,6 +107,7 @@ class Worker:
             self.send({"type": "begin", "index": 0, PASS_COLUMN: pass_, "sample": "(sample generation failed)"})
             self.send({"type": "result", "index": 0, "status": SKIP, "check_kind": "none", PASS_COLUMN: pass_,
                        "reason": "OpInfo could not generate samples for this dtype",
+                       "reason_kind": REFERENCE_FAILED,
                        "error_type": type(e).__name__, "message": first_line(e)})
             return 1
         options = dict(timing=self.config.get("timing", True), aten_cache=self._aten_cache.setdefault(pass_, {}),
