@@ -53,7 +53,8 @@ def _no_unique_gradient(op_key, args):
     if judge.random_sample(op_key, args):
         return "a random sample: its gradient depends on the values drawn, which differ on the target"
     if op_key in ambiguity.VECTOR_OPS:
-        return "eigen/singular vectors have a free phase: their gradient depends on the one chosen"
+        return ("eigen/singular vectors have a free phase (and eig's values no order): the gradient "
+                "depends on the device's choice")
     if ambiguity.tie_outputs(op_key, inp, rest, kwargs)[0] or ambiguity.random_regions(op_key, kwargs):
         return "ties: the chosen element, and so the gradient, may differ on another device"
     if ambiguity.written_twice(op_key, inp, rest, kwargs) is not None:
