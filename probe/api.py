@@ -54,9 +54,19 @@ class Run:
         finally:
             db.conn.close()
 
+    def pass_counts(self):
+        """{pass: {status: cases}}: the run's cases per pass (forward, backward, inplace, out)."""
+        from mpsprobe.db.query import runs as runs_q
+        db = open_db(self.db_path, readonly=True)
+        try:
+            return runs_q.pass_counts(db.conn, self.id)
+        finally:
+            db.conn.close()
+
     def to_json(self):
         return {"run_id": self.id, "db": self.db_path, "state": self.state, "cases": self.total,
-                "pairs": self.pairs, "counts": self.counts, "device": self.env.get("device"),
+                "pairs": self.pairs, "counts": self.counts, "passes": self.pass_counts(),
+                "device": self.env.get("device"),
                 "device_name": self.env.get("device_name"), "torch": self.env.get("torch_version"),
                 "os": f"{self.env.get('os_name')} {self.env.get('os_version') or ''}".strip()}
 

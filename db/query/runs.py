@@ -87,3 +87,13 @@ def results(conn, run_id):
     return rows(conn, """
         SELECT r.*, c.sample_index, c.sample FROM results AS r
         JOIN cases AS c ON c.id = r.case_id WHERE r.run_id = ? ORDER BY r.case_id""", [run_id])
+
+
+def pass_counts(conn, run_id):
+    """{pass: {status: cases}} of one run, passes in the vocabulary's order."""
+    from mpsprobe.vocabulary import PASS_COLUMN, PASSES
+    found = {}
+    for r in rows(conn, f'SELECT "{PASS_COLUMN}" AS p, status, count(*) AS n FROM results '
+                        f'WHERE run_id = ? GROUP BY "{PASS_COLUMN}", status', [run_id]):
+        found.setdefault(r["p"], {})[r["status"]] = r["n"]
+    return {p: found[p] for p in sorted(found, key=lambda p: PASSES.index(p) if p in PASSES else len(PASSES))}

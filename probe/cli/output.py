@@ -39,6 +39,8 @@ def run_summary(run):
              f"torch {data['torch']}, {data['device']} ({data['device_name']})"]
     width = max(len(s) for s in STATUSES)
     lines += [f"  {s:<{width}}  {run.counts[s]:>7}" for s in STATUSES if run.counts.get(s)]
+    if len(data["passes"]) > 1:
+        lines += [f"  {p}: {counts_line(c)}" for p, c in data["passes"].items()]
     lines.append(precision_line(run.env.get("precision_modes")))
     lines.append(f"recorded in {run.db_path}")
     return lines
