@@ -22,8 +22,9 @@ def test_the_readme_example_runs(tmp_path, monkeypatch, capsys):
     exec(compile(readme_example(), "README.md (API example)", "exec"), namespace)
     out = capsys.readouterr().out
     run, report = namespace["run"], namespace["report"]
-    assert run.state == "complete" and run.counts["pass"] == 1
-    assert [r["op_id"] for r in run.results()] == ["add"]
+    assert run.state == "complete" and run.counts["pass"] == 4   # one case per pass
+    assert [r["op_id"] for r in run.results()] == ["add"] * 4
+    assert run.pass_counts() == {p: {"pass": 1} for p in ("forward", "backward", "inplace", "out")}
     assert {op.aten_op for op in report.ops} >= {"aten::addmm", "aten::relu"}
     assert namespace["summary"]["distinct_ops"] == len({op.aten_op for op in report.ops})
     assert "refused:" in out and "no_such_op" in out
