@@ -25,7 +25,8 @@ DTYPES = "float32,int32"
 
 def command(db, ops):
     return [sys.executable, "-m", "mpsprobe", "run", "--db", str(db), "--device", "cpu",
-            "--ops", ops, "--dtypes", DTYPES, "--samples", "3", "--no-timing", "--workers", "1"]
+            "--ops", ops, "--dtypes", DTYPES, "--samples", "3", "--no-timing", "--workers", "1",
+            "--passes", "forward"]
 
 
 @pytest.fixture(scope="session")

@@ -221,7 +221,7 @@ def _run_add(fake_mps, run_cli):
     def _run_add(db, torch_spec, env, *extra):
         return run_cli("run", "--torch", torch_spec, "--backend", fake_mps, "--ops", "add",
                        "--dtypes", "float32", "--samples", 1, "--no-timing", "--workers", 1,
-                       "--db", db, "--json", *extra, env=env)
+                       "--passes", "forward", "--db", db, "--json", *extra, env=env)
     return _run_add
 
 

@@ -34,7 +34,7 @@ KILL_DTYPES = "float32,int32,float16"
 def sweep_command(db):
     return [sys.executable, "-m", "mpsprobe", "run", "--db", str(db), "--device", "cpu",
             "--ops", KILL_OPS, "--dtypes", KILL_DTYPES, "--samples", "3", "--no-timing",
-            "--workers", "2"]
+            "--workers", "2", "--passes", "forward"]
 
 
 def test_repeated_random_kills_then_resume_record_every_case_once(tmp_path, results_count, rows):
@@ -96,7 +96,7 @@ def faulty_db(tmp_path_factory, run_cli):
     db = folder / "faulty.db"
     result = run_cli("run", "--db", db, "--backend", FAULTY, "--ops", FAULT_OPS,
                      "--dtypes", "float32", "--samples", 2, "--no-timing", "--workers", 2,
-                     "--timeout", 30, "--json",
+                     "--timeout", 30, "--passes", "forward", "--json",
                      env={"FAULTY": json.dumps(dict(FAULTS, once_dir=str(once)))})
     assert result.exit_code == 0, result.output
     return str(db)

@@ -72,7 +72,7 @@ def test_the_run_records_its_precision_modes_and_strict_turns_them_off(tmp_path,
     db = tmp_path / "tf32.db"
     backend = str(Path(__file__).parent / "wrong_backend.py")
     result = run_cli("run", "--db", db, "--backend", backend, "--ops", "mm,addmm", "--dtypes", "float32",
-                     "--samples", 1, "--no-timing", "--workers", 1,
+                     "--samples", 1, "--no-timing", "--workers", 1, "--passes", "forward",
                      *(["--strict-precision"] if strict else []), env={"WRONG": "tf32"})
     assert result.exit_code == 0, result.output
     [run] = rows(db, "SELECT precision_modes FROM runs")

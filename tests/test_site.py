@@ -17,7 +17,7 @@ import urllib.parse
 
 import pytest
 
-from mpsprobe.vocabulary import STATUSES, WORKING
+from mpsprobe.vocabulary import FORWARD, PASS_COLUMN, STATUSES, WORKING
 from mpsprobe.versions import version_key
 from mpsprobe.site import database_name, make_datasette
 
@@ -68,7 +68,8 @@ def matrix_cells(page):
 def db_cells(rows):
     def db_cells(db_path, run_id):
         return {(r["op_id"], r["dtype"]): r["status"] for r in rows(
-            db_path, "SELECT op_id, dtype, status FROM op_dtype_status WHERE run_id = ?", [run_id])}
+            db_path, f"SELECT op_id, dtype, status FROM op_dtype_status WHERE run_id = ? AND {PASS_COLUMN} = ?",
+            [run_id, FORWARD])}
     return db_cells
 
 
