@@ -135,6 +135,11 @@ class LadderOp:
     source: str = ""
     build: Callable = make_inputs
 
+    def __post_init__(self):
+        # Rungs climb by size (ties by batch), whatever order they were declared in:
+        # the engine stops at the first rung that does not fit, and crossover reads upwards.
+        object.__setattr__(self, "rungs", tuple(sorted(self.rungs, key=lambda r: (r.size, r.batch or 0))))
+
     @property
     def has_backward(self):
         return bool(self.grad)
