@@ -420,7 +420,7 @@ VIT_BLOCK = (
                tuple((b, 197) for b in BATCHES)),
     sdpa("vit_b16.attention.sdpa", f"{VIT}: self-attention, 12 heads x 64 over 197 tokens", 12, 64,
          tuple((b, 197) for b in BATCHES)),
-    linear("vit_b16.mlp.fc1", f"{VIT}: encoder block MLP fc1, 768->3072 over 197 tokens", 197, 768, 3072),
+    linear("vit_b16.mlp.fc1", f"{VIT}: encoder block MLP first linear, 768->3072 over 197 tokens", 197, 768, 3072),
 )
 
 LSTM_LM = ("LSTM word language model (pytorch/examples word_language_model on WikiText-2: "

@@ -80,6 +80,7 @@ def test_select_rungs_caps_size_batch_and_memory():
     add, conv = ladders.BY_NAME["add"], ladders.BY_NAME["resnet50.conv1"]
     assert max(r.size for r in engine.select_rungs(add, max_size=10 ** 4)) == 10 ** 4
     assert [r.batch for r in engine.select_rungs(conv, max_batch=8)] == [1, 8]
+    assert [r.batch for r in engine.select_rungs(conv, max_size=100, max_batch=8)] == [1, 8]   # size caps size ladders
     # float64 doubles the bytes: the 1e8 rung no longer fits under 512 MiB.
     assert engine.select_rungs(add, "float64", max_tensor_bytes=512 << 20)[-1].size == 3 * 10 ** 7
 
@@ -174,6 +175,19 @@ def test_op_budget_is_not_overrun():
     assert clock.now <= 1.0
 
 
+def test_op_budget_counts_one_off_costs_as_spent_but_does_not_project_them():
+    clock = FakeClock()
+
+    def slow_build(rung, dtype, device, generator):
+        clock.advance(0.3)                  # building inputs is slow; the op itself is cheap
+        return ladders.make_inputs(rung, dtype, device, generator)
+
+    rows = run_ladder(size_record(timed_op(clock, 0.001), build=slow_build), "cpu", passes=(FORWARD,),
+                      reps=10, warmup=1, op_budget_s=1.0, clock=clock)
+    assert [r.size for r in rows] == [100, 300, 1000, 3000, 10000]
+    assert all(r.cpu_ms for r in rows[:-1]) and rows[-1].note.startswith("not run: op budget")
+
+
 # ------------------------------------------------------------------ out of memory and errors
 
 def test_out_of_memory_in_the_builder_is_a_row_not_a_crash():
@@ -266,3 +280,57 @@ def test_crossover_with_a_cpu_target_or_mixed_ladders():
     both = rows_of([0.5, 2.0]) + rows_of([0.5, 0.5], pass_=BACKWARD)
     assert crossovers(both) == {("add", "float32", FORWARD): 1000, ("add", "float32", BACKWARD): None}
     assert math.isclose(rows_of([2.0])[0].speedup, 2.0)
+
+
+# ------------------------------------------------------------------ device events and memory, with fakes
+
+def test_event_timer_reads_the_device_events():
+    clock, log = FakeClock(), []
+
+    class Event:
+        def __init__(self, enable_timing=False):
+            assert enable_timing
+            self.at = None
+
+        def record(self):
+            self.at = clock()
+
+        def synchronize(self):
+            log.append("wait")
+
+        def elapsed_time(self, end):
+            return (end.at - self.at) * 1e3
+
+    timer = engine.EventTimer(Event, lambda: log.append("sync"))
+    assert timer(lambda: clock.advance(0.004)) == pytest.approx(4.0)
+    assert log == ["sync", "wait"]
+
+
+def test_peak_memory_from_the_allocator_or_sampled():
+    class CudaLike:
+        def __init__(self):
+            self.resets = 0
+
+        def reset_peak_memory_stats(self, device):
+            self.resets += 1
+
+        def max_memory_allocated(self, device):
+            return 4096
+
+    class MpsLike:
+        used = iter([100, 300, 200])
+
+        def current_allocated_memory(self):
+            return next(self.used)
+
+    side = engine.Side("cpu")
+    assert side.peak is None
+    side.module = CudaLike()
+    side.reset_peak()
+    side.sample()
+    assert side.peak == 4096 and side.module.resets == 1
+    side.module = MpsLike()
+    side.reset_peak()
+    for _ in range(3):
+        side.sample()
+    assert side.peak == 300            # the largest sample, not the last

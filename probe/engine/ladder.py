@@ -270,10 +270,15 @@ def _run_side(record, rung, inputs, pass_, side, seed, reps, warmup, budget_s, i
 # ------------------------------------------------------------------ the ladder
 
 def select_rungs(record, dtype="float32", max_size=None, max_batch=None, max_tensor_bytes=GiB):
-    """The record's rungs under the caps: main-input elements, batch, largest tensor in bytes."""
+    """The record's rungs under the caps.
+
+    max_size caps size ladders (elements in the main input), max_batch caps
+    layer ladders (their shapes are the model's, only the batch climbs), and
+    max_tensor_bytes caps every rung's largest tensor.
+    """
     itemsize = torch.empty((), dtype=getattr(torch, dtype)).element_size()
     return [r for r in record.rungs
-            if (max_size is None or r.size <= max_size)
+            if (max_size is None or r.batch is not None or r.size <= max_size)
             and (max_batch is None or r.batch is None or r.batch <= max_batch)
             and r.largest * itemsize <= max_tensor_bytes]
 
@@ -284,7 +289,9 @@ def run_ladder(record, target="cpu", *, dtype="float32", passes=(FORWARD, BACKWA
     """Rows for one record's ladder on the CPU and `target` ("cpu", "cuda", "cuda:1", "mps", …).
 
     rung_budget_s bounds one pass's timed repetitions on one side; op_budget_s
-    bounds the whole ladder. `clock` replaces the wall clock (and then device
+    bounds the whole ladder: a rung is not started when the time spent plus
+    the last rung's cost (its medians times the calls a rung makes) scaled by
+    size would pass it. `clock` replaces the wall clock (and then device
     events too), for tests.
     """
     passes = [p for p in passes if p == FORWARD or (p == BACKWARD and record.has_backward)]
@@ -292,6 +299,7 @@ def run_ladder(record, target="cpu", *, dtype="float32", passes=(FORWARD, BACKWA
     target_is_cpu = tgt.device.type == "cpu"
     threads = torch.get_num_threads()
     itemsize = torch.empty((), dtype=getattr(torch, dtype)).element_size()
+    calls = 1 + max(warmup, 1) + reps       # per pass and side: sizing call, warm-up, timed reps
     rows, start, last = [], clock(), None
 
     def row(rung, pass_, **fields):
@@ -308,7 +316,7 @@ def run_ladder(record, target="cpu", *, dtype="float32", passes=(FORWARD, BACKWA
             rows.append(row(rung, passes[0], note=f"not run: op budget {op_budget_s:g} s "
                                                   f"(spent {spent:.2f} s, this rung projected {projected:.2f} s)"))
             break
-        rung_start = clock()
+        first_row = len(rows)
         try:
             cpu_inputs = record.build(rung, dtype, "cpu", torch.Generator().manual_seed(seed))
         except Exception as exc:    # noqa: BLE001
@@ -339,7 +347,10 @@ def run_ladder(record, target="cpu", *, dtype="float32", passes=(FORWARD, BACKWA
             tgt.release()
             cpu.release()
             break
-        last = (clock() - rung_start, rung.size)
+        # What this rung's surviving passes cost in op time, from their medians:
+        # one-off costs (building inputs, first-call setup) do not recur at the next rung.
+        cost_ms = sum((r.cpu_ms or 0) + (r.target_ms or 0) for r in rows[first_row:] if r.pass_ in passes)
+        last = (calls * cost_ms / 1e3, rung.size)
     return rows
 
 
