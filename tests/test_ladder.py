@@ -13,6 +13,15 @@ from mpsprobe.vocabulary import BACKWARD, FORWARD, REASON_KIND
 OUT_OF_MEMORY = REASON_KIND["out_of_memory"].name
 
 
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """One intra-op thread: on a shared machine, a second thread waiting for a core stalls tiny ops."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 class FakeClock:
     """A clock that only moves when an op says it took time."""
 
