@@ -22,7 +22,7 @@ the target:
 Climbing stops, with the reason in the row's note, when a pass's projected
 repetitions would exceed the rung budget (that pass stops; the others go on),
 when the op's budget would be spent by the next rung (projected from the last
-rung's time scaled by size), or when a side runs out of memory (every pass
+rung's medians scaled by size), or when a side runs out of memory (every pass
 stops: larger rungs need more). Another error stops that pass only.
 
 The crossover is read from the rows afterwards: `crossover(rows)`.
@@ -162,6 +162,9 @@ class Side:
     def __init__(self, device, clock=time.perf_counter):
         self.device = torch.device(device)
         self.module = getattr(torch, self.device.type, None) if self.device.type != "cpu" else None
+        if self.device.index is not None and hasattr(self.module, "set_device"):
+            # Events record on the current device's stream: make the target current.
+            self.module.set_device(self.device)
         sync = getattr(self.module, "synchronize", None) or (lambda: None)
         self.synchronize = sync
         event = getattr(self.module, "Event", None)
