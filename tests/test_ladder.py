@@ -142,6 +142,13 @@ def test_measure_skips_warmup_and_projects_from_the_fastest_warmup():
     assert slow.over_budget and slow.times == [] and slow.median is None
 
 
+def test_measure_times_the_call_not_its_setup():
+    clock = FakeClock()
+    m = measure(lambda state: clock.advance(0.002), engine.WallTimer(clock=clock), reps=10, warmup=1,
+                setup=lambda: clock.advance(1.0))      # e.g. the forward that builds a graph to go back through
+    assert m.median == pytest.approx(2.0) and len(m.times) == 10
+
+
 def test_fake_clock_times_are_exact():
     clock = FakeClock()
     rows = run_ladder(size_record(timed_op(clock, 1.0)), "cpu", passes=(FORWARD,), reps=12, warmup=1,

@@ -8,7 +8,10 @@ the target:
 * inputs are built once per rung on the CPU from a seeded generator and
   copied to the target, so both sides compute on the same values;
 * forward runs under `no_grad` (what inference pays); backward times
-  `autograd.grad` over one retained graph, so it is the backward alone;
+  `autograd.grad` alone, over a fresh graph built by an untimed forward
+  before each call (repeating backward over one retained graph is not what
+  training does, and some kernels, CPU LSTM for one, run it several times
+  slower);
 * one call to size the output, `warmup` more, then `reps` (≥ 10 by default)
   synchronised repetitions, timed by device events where the device has them
   (`torch.cuda.Event`, `torch.mps.Event`), else by the wall clock around a
@@ -140,18 +143,25 @@ class Measurement:
         return summarize(self.times)[1]
 
 
-def measure(call, timer, *, reps=10, warmup=2, budget_s=2.0):
+def measure(call, timer, *, reps=10, warmup=2, budget_s=2.0, setup=None):
     """Time `call`: `warmup` calls, then `reps` timed ones unless they would exceed `budget_s`.
 
     The projection uses the fastest warm-up (the first call may pay one-off
     costs: kernel compilation, allocator growth), so a rung is only refused
-    when even its best call cannot fit.
+    when even its best call cannot fit. With `setup`, each call is
+    `call(setup())` and only `call` is timed.
     """
-    warm = [timer(call) for _ in range(max(warmup, 1))]
+    def once():
+        if setup is None:
+            return timer(call)
+        state = setup()
+        return timer(lambda: call(state))
+
+    warm = [once() for _ in range(max(warmup, 1))]
     estimate = min(warm)
     if estimate * reps / 1e3 > budget_s:
         return Measurement([], estimate, over_budget=True)
-    return Measurement([timer(call) for _ in range(reps)], estimate)
+    return Measurement([once() for _ in range(reps)], estimate)
 
 
 # ------------------------------------------------------------------ devices
@@ -218,7 +228,7 @@ def _nbytes(tensors):
 
 
 def _prepare(record, rung, inputs, pass_, side, seed, itemsize):
-    """(call, bytes moved per call) for one pass; runs the op once."""
+    """(call, setup, bytes moved per call) for one pass; runs the op once."""
     if pass_ == FORWARD:
         def call():
             with torch.no_grad():
@@ -230,21 +240,26 @@ def _prepare(record, rung, inputs, pass_, side, seed, itemsize):
             moved = record.bytes_moved(rung, itemsize)
         else:
             moved = _nbytes(inputs) + _nbytes(out if isinstance(out, (tuple, list)) else [out])
-        return call, moved
+        return call, None, moved
     args = list(inputs)
     for i in record.grad:
         args[i] = args[i].detach().requires_grad_()
     leaves = [args[i] for i in record.grad]
-    out = _first_tensor(record(*args))
+
+    def forward():
+        return _first_tensor(record(*args))
+
+    out = forward()
     gen = torch.Generator().manual_seed(seed + 1)
     grad_out = torch.randn(out.shape, generator=gen, dtype=out.dtype).to(out.device)
     side.synchronize()
     side.sample()
     moved = _nbytes([grad_out]) + _nbytes(args) + _nbytes(leaves)   # read grad and inputs, write grads
+    del out
 
-    def call():
-        return torch.autograd.grad(out, leaves, grad_out, retain_graph=True)
-    return call, moved
+    def call(out):
+        return torch.autograd.grad(out, leaves, grad_out)
+    return call, forward, moved
 
 
 @dataclass
@@ -259,8 +274,8 @@ class SideResult:
 def _run_side(record, rung, inputs, pass_, side, seed, reps, warmup, budget_s, itemsize):
     try:
         side.reset_peak()
-        call, moved = _prepare(record, rung, inputs, pass_, side, seed, itemsize)
-        m = measure(call, side.timer, reps=reps, warmup=warmup, budget_s=budget_s)
+        call, setup, moved = _prepare(record, rung, inputs, pass_, side, seed, itemsize)
+        m = measure(call, side.timer, reps=reps, warmup=warmup, budget_s=budget_s, setup=setup)
         side.sample()
         return SideResult(m, moved, side.peak)
     except Exception as exc:    # noqa: BLE001 - a failing rung is a result, not a crash of the ladder
