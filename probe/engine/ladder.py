@@ -367,7 +367,10 @@ def run_ladder(record, target="cpu", *, dtype="float32", passes=(FORWARD, BACKWA
             break
         # What this rung's surviving passes cost in op time, from their medians:
         # one-off costs (building inputs, first-call setup) do not recur at the next rung.
-        cost_ms = sum((r.cpu_ms or 0) + (r.target_ms or 0) for r in rows[first_row:] if r.pass_ in passes)
+        ms = {r.pass_: (r.cpu_ms or 0) + (r.target_ms or 0) for r in rows[first_row:]}
+        cost_ms = sum(ms.get(p, 0) for p in passes)
+        if BACKWARD in passes:
+            cost_ms += ms.get(FORWARD, 0)   # each backward call also pays its untimed forward
         last = (calls * cost_ms / 1e3, rung.size)
     return rows
 
