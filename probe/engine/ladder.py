@@ -33,7 +33,7 @@ The crossover is read from the rows afterwards: `crossover(rows)`.
 import gc
 import statistics
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Optional
 
 import torch
@@ -48,7 +48,7 @@ CPU_TARGET_NOTE = "target is the CPU: both sides run on the CPU, so the speedup 
 
 @dataclass
 class LadderRow:
-    """One (op, dtype, pass, rung) measurement, ready for a database table.
+    """One (op, dtype, pass, rung) measurement, ready for a database table (`dataclasses.asdict`).
 
     Times are milliseconds per call: median and interquartile range. gbps and
     gflops are achieved on the target. A field is None where it was not
@@ -58,7 +58,7 @@ class LadderRow:
     op: str
     family: str
     dtype: str
-    pass_: str
+    pass_name: str      # FORWARD or BACKWARD, from the vocabulary
     shape: str          # the main input's shape, e.g. "8x64x56x56"
     rung: str           # the rung's label: "b8 s128", "n=1024", or the shape
     size: int           # elements in the main input
@@ -76,12 +76,6 @@ class LadderRow:
     reps: int = 0
     note: str = ""
     reason: Optional[str] = None
-
-    def record(self):
-        """The row as a dict with a `pass` column (a keyword in Python, not in SQL)."""
-        out = asdict(self)
-        out["pass"] = out.pop("pass_")
-        return out
 
 
 # ------------------------------------------------------------------ timing
@@ -367,7 +361,7 @@ def run_ladder(record, target="cpu", *, dtype="float32", passes=(FORWARD, BACKWA
             break
         # What this rung's surviving passes cost in op time, from their medians:
         # one-off costs (building inputs, first-call setup) do not recur at the next rung.
-        ms = {r.pass_: (r.cpu_ms or 0) + (r.target_ms or 0) for r in rows[first_row:]}
+        ms = {r.pass_name: (r.cpu_ms or 0) + (r.target_ms or 0) for r in rows[first_row:]}
         cost_ms = sum(ms.get(p, 0) for p in passes)
         if BACKWARD in passes:
             cost_ms += ms.get(FORWARD, 0)   # each backward call also pays its untimed forward
@@ -430,7 +424,7 @@ def crossover(rows, by="size", margin=0.0):
     1 + margin, so noise around 1 does not count as a win.
     """
     measured = [r for r in rows if r.speedup is not None]
-    if len({(r.op, r.dtype, r.pass_) for r in measured}) > 1:
+    if len({(r.op, r.dtype, r.pass_name) for r in measured}) > 1:
         raise ValueError("crossover() takes one ladder's rows: one op, dtype and pass; use crossovers()")
     if not measured or all(r.target.split(":")[0] == "cpu" for r in measured):
         return None
@@ -447,5 +441,5 @@ def crossovers(rows, by="size", margin=0.0):
     """{(op, dtype, pass): crossover} for rows of several ladders."""
     groups = {}
     for r in rows:
-        groups.setdefault((r.op, r.dtype, r.pass_), []).append(r)
+        groups.setdefault((r.op, r.dtype, r.pass_name), []).append(r)
     return {key: crossover(group, by, margin) for key, group in groups.items()}
