@@ -16,9 +16,10 @@ the target:
   synchronised repetitions, timed by device events where the device has them
   (`torch.cuda.Event`, `torch.mps.Event`), else by the wall clock around a
   synchronised call; the row keeps the median and the interquartile range;
-* achieved GB/s from the bytes a call must move (every input read, the output
-  written, unless the record says otherwise) and GFLOP/s where the record
-  models the FLOPs, both at the target's median;
+* achieved GB/s from the bytes a call must move (forward: every input read,
+  the output written, unless the record says otherwise; backward: the
+  incoming gradient read, each new gradient written) and GFLOP/s where the
+  record models the FLOPs, both at the target's median;
 * the target's peak memory (cuda: the allocator's peak since a reset; mps:
   allocated memory sampled while the output is alive).
 
@@ -246,10 +247,16 @@ def _prepare(record, rung, inputs, pass_, side, seed, itemsize):
     out = forward()
     gen = torch.Generator().manual_seed(seed + 1)
     grad_out = torch.randn(out.shape, generator=gen, dtype=out.dtype).to(out.device)
+    grads = torch.autograd.grad(out, leaves, grad_out)
     side.synchronize()
     side.sample()
-    moved = _nbytes([grad_out]) + _nbytes(args) + _nbytes(leaves)   # read grad and inputs, write grads
-    del out
+    # What a backward must move: read the incoming gradient, write each new one. What it
+    # reads besides (saved inputs, masks) depends on the op, so this is a lower bound.
+    # A gradient that is a view of the incoming one (add, sum) moves nothing: no GB/s.
+    incoming = grad_out.untyped_storage().data_ptr()
+    written = [g for g in grads if g is not None and g.untyped_storage().data_ptr() != incoming]
+    moved = _nbytes([grad_out]) + _nbytes(written) if written else None
+    del out, grads
 
     def call(out):
         return torch.autograd.grad(out, leaves, grad_out)
