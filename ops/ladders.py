@@ -154,12 +154,9 @@ def _rows(n):
     return (n // ROW, ROW) if n >= ROW else (1, n)
 
 
-def _size_rungs(n_inputs=1, kinds=None, flops_per_elem=None):
-    kinds = kinds or ("normal",) * n_inputs
-    return tuple(
-        Rung(inputs=tuple(TensorSpec(_rows(n), k) for k in kinds), largest=n,
-             flops=None if flops_per_elem is None else flops_per_elem * n)
-        for n in SIZES)
+def _size_rungs(kinds=("normal",)):
+    # No FLOPs: these ops are bound by memory, so GB/s is the figure that means something.
+    return tuple(Rung(inputs=tuple(TensorSpec(_rows(n), k) for k in kinds), largest=n) for n in SIZES)
 
 
 def _unary(name, fn, kind="normal", **kwargs):
@@ -172,9 +169,9 @@ def _binary(name, fn, second="normal"):
                     source="size ladder")
 
 
-def _reduction(name, fn, grad=True, **kwargs):
+def _reduction(name, fn, grad=True, over="rows of 1000, reduced over the last dimension", **kwargs):
     return LadderOp(name, "reduction", fn, _size_rungs(), kwargs=kwargs, grad=(0,) if grad else (),
-                    source="size ladder; rows of 1000, reduced over the last dimension")
+                    source=f"size ladder; {over}")
 
 
 ELEMENTWISE = (
@@ -194,7 +191,7 @@ ELEMENTWISE = (
 )
 
 REDUCTIONS = (
-    _reduction("sum", torch.sum),                       # the whole tensor to one number
+    _reduction("sum", torch.sum, over="the whole tensor to one number"),
     _reduction("mean", torch.mean, dim=-1),
     _reduction("amax", torch.amax, dim=-1),
     _reduction("softmax", torch.softmax, dim=-1),
