@@ -1,1 +1,1 @@
-"""The probe's engine: running ops on the CPU and the target and measuring them."""
+"""The engine: plan cases, run them in isolated workers, judge and time them; speed ladders."""
