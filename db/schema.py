@@ -14,7 +14,7 @@ from . import declared
 from .status import STATUSES
 
 APP = "mpsprobe"
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 
 @contextlib.contextmanager
@@ -155,7 +155,12 @@ def _migrate_3(db):
 # Ordered: MIGRATIONS[i] takes a database from version i to version i + 1.
 # A step runs inside the migration's transaction: it must not commit (no
 # `with db.conn:`); nested sqlite-utils calls use savepoints, which is fine.
-MIGRATIONS = [_migrate_1, _migrate_2, _migrate_3]
+def _migrate_speed(db):
+    from .migrations import m006_speed as speed
+    speed.migrate(db)
+
+
+MIGRATIONS = [_migrate_1, _migrate_2, _migrate_3, _migrate_speed]
 
 
 def _schema_version(db):

@@ -450,3 +450,33 @@ def crossovers(rows, by="size", margin=0.0):
     for r in rows:
         groups.setdefault((r.op, r.dtype, r.pass_name), []).append(r)
     return {key: crossover(group, by, margin) for key, group in groups.items()}
+
+
+def crossover_summary(rows, margin=0.0):
+    """speed_crossovers' row for one ladder's rows (one op, dtype and pass), or None if empty.
+
+    `by` is "batch" for layer ladders (the batch climbs), else "size";
+    `crossover` is the first size/batch from which the target always wins,
+    `always` 1 when it wins from the first measured rung (then `crossover` is
+    null), both null when it does not win at the largest measured rung.
+    """
+    if not rows:
+        return None
+    first = rows[0]
+    by = "batch" if first.batch is not None else "size"
+    point = crossover(rows, by, margin)
+    measured = [r for r in rows if r.speedup is not None]
+    best = max(measured, key=lambda r: r.speedup, default=None)
+    return {"op": first.op, "dtype": first.dtype, "pass_name": first.pass_name, "family": first.family,
+            "by": by, "crossover": None if point in (None, ALWAYS) else point,
+            "always": int(point == ALWAYS), "best_speedup": best.speedup if best else None,
+            "best_at": getattr(best, by) if best else None,
+            "largest": max((getattr(r, by) for r in measured), default=None), "rungs": len(measured)}
+
+
+def crossover_summaries(rows, margin=0.0):
+    """crossover_summary() per (op, dtype, pass) of `rows`, in the order they first appear."""
+    groups = {}
+    for r in rows:
+        groups.setdefault((r.op, r.dtype, r.pass_name), []).append(r)
+    return [crossover_summary(group, margin) for group in groups.values()]
