@@ -12,6 +12,7 @@ import mpsprobe
 
 COMMANDS = {
     "run": "mpsprobe.cli.run:run",
+    "bench": "mpsprobe.cli.bench:bench",
     "envs": "mpsprobe.cli.envs:envs",
     "merge": "mpsprobe.cli.merge:merge",
     "migrate": "mpsprobe.cli.merge:migrate",
