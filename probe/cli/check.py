@@ -58,6 +58,9 @@ def _load_ops(spec, input_shape, dtype, train, optimizer, portable, recorder):
 @click.option("--run", "measure", is_flag=True,
               help="Replay the model's calls on the target here and record them (needs the device).")
 @click.option("--timing/--no-timing", default=True, show_default=True, help="Time calls with --run.")
+@click.option("--batch", "batches", default=None,
+              help="With --run: also time one whole step per batch size, like 1,2,4,8,16,32,64, "
+                   "on the CPU and the target (throughput and the crossover batch).")
 @click.option("--backend", default=None, hidden=True,
               help="FILE.py[:factory] defining a custom target for --run (used by the test suite).")
 @click.option("--fail-on", default="fallback", show_default=True,
@@ -67,7 +70,7 @@ def _load_ops(spec, input_shape, dtype, train, optimizer, portable, recorder):
               help="Write the captured op list as JSON (for the site's check page).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 def check(model, input_shape, train, optimizer, dtype, db_path, torch_version, macos, device,
-          run_id, measure, timing, backend, fail_on, export_path, as_json):
+          run_id, measure, timing, batches, backend, fail_on, export_path, as_json):
     """Will MODEL run on MPS? Capture its aten ops on the CPU and answer from the database.
 
     MODEL is a .py file defining build() -> (model, example_inputs[, loss]),
@@ -80,12 +83,21 @@ def check(model, input_shape, train, optimizer, dtype, db_path, torch_version, m
         mpsprobe check torchvision:resnet50 --input 1,3,224,224
         mpsprobe check my_model.py --train --dtype float16 --torch 2.5 --macos 14 --json
         mpsprobe check my_model.py --run --device mps --db mine.db
+        mpsprobe check torchvision:resnet50 --input 1,3,224,224 --run --batch 1,2,4,8,16,32,64
     """
     from mpsprobe.modelcheck import report as checking
     from mpsprobe.db.query import blame as lookup
 
     if measure and (torch_version or macos or run_id):
         raise UserError("--run measures this machine: --torch, --macos and --run-id do not apply")
+    if batches and not measure:
+        raise UserError("--batch times the model on this machine: it needs --run")
+    if batches:
+        from mpsprobe.modelcheck import batches as batch_sweeps, load as models
+        try:
+            batch_sweeps.parse_batches(batches)
+        except models.ModelError as e:
+            raise UserError(str(e)) from None
     db = _open(db_path, write=measure)
     conn = db.conn
 
@@ -105,6 +117,8 @@ def check(model, input_shape, train, optimizer, dtype, db_path, torch_version, m
         writer, results = replay.replay(db, calls, target, model_ops.model, timing=timing)
         run = next(r for r in lookup.runs(conn) if r["id"] == writer.run_id)
         totals = replay.model_time(results)
+        sweep = _sweep(model, input_shape, dtype, train, optimizer, batches, target, db, writer.run_id) \
+            if batches else None
     else:
         try:
             run = lookup.choose_run(conn, run_id=run_id, torch=torch_version, macos=macos,
@@ -113,7 +127,7 @@ def check(model, input_shape, train, optimizer, dtype, db_path, torch_version, m
             raise UserError(str(e)) from None
         portable = run["device"] != "cpu"
         model_ops = _load_ops(model, input_shape, dtype, train, optimizer, portable, None)
-        totals = None
+        totals = sweep = None
 
     if export_path:
         with open(export_path, "w") as f:
@@ -123,6 +137,8 @@ def check(model, input_shape, train, optimizer, dtype, db_path, torch_version, m
         data = report.to_json(fail_on)
         if totals:
             data["model_ms"] = {"cpu": totals[0], "target": totals[1], "calls_timed": totals[2]}
+        if sweep:
+            data["batch_sweep"] = {"rows": sweep[0], "crossover": sweep[1]}
         click.echo(json.dumps(data, indent=2))
     else:
         lines = checking.format_report(report, fail_on)
@@ -130,7 +146,28 @@ def check(model, input_shape, train, optimizer, dtype, db_path, torch_version, m
             lines.insert(3, f"  measured: one {model_ops.mode} ≈ {totals[1]:.3g} ms of kernels on "
                             f"{run['device']} vs {totals[0]:.3g} ms on the CPU "
                             f"({totals[2]} distinct calls timed)")
+        if sweep:
+            from mpsprobe.modelcheck import batches as batch_sweeps
+            lines += batch_sweeps.format_sweep(*sweep, run["device"])
         if measure:
             lines.append(f"recorded as run {run['id']} in {db_path}")
         click.echo("\n".join(lines))
     sys.exit(report.exit_code(fail_on))
+
+
+def _sweep(spec, input_shape, dtype, train, optimizer, text, target, db, run_id):
+    """The batch sweep of --batch, recorded under the replay's run: (rows, crossover)."""
+    import torch
+    from mpsprobe.modelcheck import batches as batch_sweeps, load as models
+    try:
+        sizes = batch_sweeps.parse_batches(text)
+        loaded = models.load(spec, models.parse_shape(input_shape) if input_shape else None)
+    except models.ModelError as e:
+        raise UserError(str(e)) from None
+    if dtype:
+        models.cast(loaded, getattr(torch, dtype))
+    click.echo(f"timing one {'training' if train else 'inference'} step at batch sizes "
+               f"{', '.join(map(str, sizes))} on the CPU ({torch.get_num_threads()} threads) "
+               f"and {target.name}", err=True)
+    rows = batch_sweeps.sweep(loaded, target.torch_device, sizes, train=train, optimizer=optimizer)
+    return rows, batch_sweeps.record(db, run_id, rows, target.torch_device)
