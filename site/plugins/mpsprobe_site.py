@@ -20,7 +20,8 @@ DTYPE_ORDER = ("bool", "uint8", "int8", "int16", "int32", "int64", "float16", "b
                "float32", "float64", "complex32", "complex64", "complex128")
 FALLBACK_STATUSES = ("skip", "pass", "fallback", "mismatch", "unsupported", "error",
                      "timeout", "crash")
-OPTIONAL_VIEWS = ("op_history", "op_firsts", "declared", "results_fts")
+OPTIONAL_VIEWS = ("op_history", "op_firsts", "declared", "results_fts", "speed_crossovers")
+# ("Slowest ops against the CPU" answers from speed_crossovers once it holds a measured ladder.)
 
 # ---------------------------------------------------------------------------- SQL
 
@@ -110,8 +111,10 @@ ORDER BY r.started DESC, s.op_id, s.dtype""",
     },
     "slowest_vs_cpu": {
         "title": "Slowest ops against the CPU",
-        "description": "(op, dtype) pairs whose mean speedup over the CPU is below 1, "
-                       "slowest first. Optionally restrict to a device such as mps.",
+        "description": "(op, dtype) pairs whose mean speedup over the CPU is below 1, slowest "
+                       "first, from the per-case timing: launch-bound (OpInfo's samples are "
+                       "tiny), so nearly every op shows. Speed ladders (mpsprobe bench) answer "
+                       "this properly. Optionally restrict to a device such as mps.",
         "sql": f"""
 SELECT s.op_id, s.dtype, s.status, round(s.mean_speedup, 3) AS mean_speedup, s.n_cases,
        {RUN_COLUMNS}, s.run_id
@@ -190,6 +193,21 @@ WHERE :q != '' AND results_fts MATCH escape_fts(:q)
 ORDER BY rank LIMIT 500"""
 
 # ---------------------------------------------------------------------------- helpers
+
+
+# "Slowest ops against the CPU" once speed ladders exist: ops whose target never wins.
+SLOWEST_FROM_LADDERS = {
+    "description": "Op ladders (mpsprobe bench) whose target never beats the CPU, even at the "
+                   "largest size or batch measured: the best speedup reached, and where. "
+                   "Optionally restrict to a device such as mps.",
+    "sql": f"""
+SELECT c.op, c.dtype, c.pass_name, c.family, round(c.best_speedup, 3) AS best_speedup,
+       c.by || ' ' || c.best_at AS best_at, c.largest, {RUN_COLUMNS}, c.run_id
+FROM speed_crossovers c JOIN runs r ON r.id = c.run_id
+WHERE c.rungs > 0 AND c.always = 0 AND c.crossover IS NULL AND r.device NOT LIKE 'cpu%'
+  AND (:device = '' OR r.device = :device)
+ORDER BY c.best_speedup""",
+}
 
 
 def version_key(text):
@@ -451,7 +469,8 @@ async def op_page(datasette, request):
     declared = []
     if "declared" in views:
         declared = [dict(r) for r in await db.execute(SQL_OP_DECLARED, {"op_id": op_id})]
-    if not op and not measured and not declared:
+    speed = await op_speed(datasette, db, op_id)
+    if not op and not measured and not declared and not speed:
         raise NotFound(f"no op {op_id} in this database")
     # One history row per (device, torch, OS): the newest run of that configuration.
     rows, entries = {}, []
@@ -480,11 +499,20 @@ async def op_page(datasette, request):
         firsts = [dict(r) for r in await db.execute(SQL_OP_FIRSTS, {"op_id": op_id})]
     return await render(datasette, request, "mpsprobe_op.html", {
         "title": op_id, "db": db.name, "op": op[0] if op else None, "op_id": op_id,
-        "dtypes": dtypes, "history": history, "declared": declared, "firsts": firsts,
+        "dtypes": dtypes, "history": history, "declared": declared, "firsts": firsts, "speed": speed,
         "notes": history_notes(entries, conf["working"], "OS"),
         "fallbacks_url": url(datasette, f"/{db.name}/results", op_id=op_id,
                              status="fallback"),
     })
+
+
+async def op_speed(datasette, db, op_id):
+    """The op's speed section (site/plugins/speed.py: ladder charts), Markup; "" without it."""
+    from datasette.plugins import pm
+    plugin = pm.get_plugin("speed.py")
+    if plugin is None or not hasattr(plugin, "op_section"):
+        return ""
+    return Markup(await plugin.op_section(datasette, db, op_id))
 
 
 def change_kind(before, after, conf):
@@ -564,6 +592,9 @@ def canned_queries(datasette, database):
         if "op_firsts" in present:
             chosen["first_pass_version"] = dict(chosen["first_pass_version"],
                                                 sql=SQL_FIRST_PASS_FROM_VIEW)
+        if "speed_crossovers" in present and \
+                (await db.execute("SELECT 1 FROM speed_crossovers WHERE rungs > 0 LIMIT 1")).rows:
+            chosen["slowest_vs_cpu"] = dict(chosen["slowest_vs_cpu"], **SLOWEST_FROM_LADDERS)
         if "results_fts" in present:
             chosen["search"] = dict(chosen["search"], sql=SQL_SEARCH_FTS,
                                     description="Full-text search over op names, the aten ops "
@@ -609,6 +640,7 @@ def extra_template_vars(datasette):
              ("Search", f"/{db.name}/search"), ("Fallbacks", f"/{db.name}/fallbacks"),
              ("Check ops", plugin_page_path("check_ops.py") or f"/{db.name}/check_ops"),
              ("Findings", plugin_page_path("findings.py")),
+             ("Speed", plugin_page_path("speed.py")),
              ("Queries", f"/{db.name}#queries"), ("Runs", f"/{db.name}/runs")]
     return {"mpsprobe_nav": [(label, datasette.urls.path(path)) for label, path in links if path],
             "status_class": status_class}
