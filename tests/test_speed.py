@@ -75,7 +75,7 @@ def test_bench_summary_table_and_progress(tmp_path):
     assert result.exit_code == 0, result.output
     assert "[1/1] relu" in result.output
     header, line = [x for x in result.output.splitlines() if x.startswith(("op ", "relu "))]
-    assert header.split() == ["op", "pass", "crossover", "best", "speedup"]
+    assert header.split() == ["op", "pass_name", "crossover", "best", "speedup"]
     assert line.split()[:2] == ["relu", FORWARD] and "target is the CPU" in line
     assert "recorded as run" in result.output
 

@@ -32,7 +32,7 @@ class Progress:
 
 def format_summary(result):
     """The summary table: op, pass, crossover, best speedup."""
-    rows = [("op", "pass", "crossover", "best speedup")]
+    rows = [("op", "pass_name", "crossover", "best speedup")]
     rows += [(op, pass_name, text, f"{best:.2f}x" if best is not None else "—")
              for op, pass_name, text, best in result.summary()]
     widths = [max(len(str(r[i])) for r in rows) for i in range(4)]

@@ -26,7 +26,7 @@ CLAIMS = (
     {"id": "resnet50-inference",
      "claim": "MPS runs ResNet-50 inference 3-5x faster than the CPU (M1 Max); 1.8-4.6x by batch size (M1 Air)",
      "measure": "whole-model inference step per batch size, CPU (all threads) against the target",
-     "command": "mpsprobe check torchvision:resnet50 --input 1,3,224,224 --run --device DEVICE "
+     "command": "mpsprobe check benchmarks/models/resnet50.py --run --device DEVICE "
                 "--batch 1,2,4,8,16,32,64 --db speed.db",
      "model": "resnet50", "mode": "inference"},
     {"id": "mnist-training",
