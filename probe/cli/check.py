@@ -117,8 +117,14 @@ def check(model, input_shape, train, optimizer, dtype, db_path, torch_version, m
         writer, results = replay.replay(db, calls, target, model_ops.model, timing=timing)
         run = next(r for r in lookup.runs(conn) if r["id"] == writer.run_id)
         totals = replay.model_time(results)
-        sweep = _sweep(model, input_shape, dtype, train, optimizer, batches, target, db, writer.run_id) \
-            if batches else None
+        sweep = None
+        if batches:
+            from mpsprobe.modelcheck import batches as batch_sweeps, load as models
+            try:
+                sweep = batch_sweeps.sweep_and_record(model, input_shape, dtype, train, optimizer, batches,
+                                                      target, db, writer.run_id, say=lambda t: click.echo(t, err=True))
+            except models.ModelError as e:
+                raise UserError(str(e)) from None
     else:
         try:
             run = lookup.choose_run(conn, run_id=run_id, torch=torch_version, macos=macos,
@@ -154,20 +160,3 @@ def check(model, input_shape, train, optimizer, dtype, db_path, torch_version, m
         click.echo("\n".join(lines))
     sys.exit(report.exit_code(fail_on))
 
-
-def _sweep(spec, input_shape, dtype, train, optimizer, text, target, db, run_id):
-    """The batch sweep of --batch, recorded under the replay's run: (rows, crossover)."""
-    import torch
-    from mpsprobe.modelcheck import batches as batch_sweeps, load as models
-    try:
-        sizes = batch_sweeps.parse_batches(text)
-        loaded = models.load(spec, models.parse_shape(input_shape) if input_shape else None)
-    except models.ModelError as e:
-        raise UserError(str(e)) from None
-    if dtype:
-        models.cast(loaded, getattr(torch, dtype))
-    click.echo(f"timing one {'training' if train else 'inference'} step at batch sizes "
-               f"{', '.join(map(str, sizes))} on the CPU ({torch.get_num_threads()} threads) "
-               f"and {target.name}", err=True)
-    rows = batch_sweeps.sweep(loaded, target.torch_device, sizes, train=train, optimizer=optimizer)
-    return rows, batch_sweeps.record(db, run_id, rows, target.torch_device)

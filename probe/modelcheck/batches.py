@@ -143,6 +143,21 @@ def record(db, run_id, rows, target):
     return cross
 
 
+def sweep_and_record(spec, input_shape, dtype, train, optimizer, text, target, db, run_id, say=print):
+    """`check --run --batch`: load MODEL afresh (the capture ran, and with --train stepped,
+    its own copy), sweep it and record the sweep under the replay's run.
+
+    Returns (rows, crossover); raises ModelError for bad sizes or a model that will not load."""
+    sizes = parse_batches(text)
+    loaded = models.load(spec, models.parse_shape(input_shape) if input_shape else None)
+    if dtype:
+        models.cast(loaded, getattr(torch, dtype))
+    say(f"timing one {TRAINING if train else INFERENCE} step at batch sizes {', '.join(map(str, sizes))} "
+        f"on the CPU ({torch.get_num_threads()} threads) and {target.name}")
+    rows = sweep(loaded, target.torch_device, sizes, train=train, optimizer=optimizer)
+    return rows, record(db, run_id, rows, target.torch_device)
+
+
 def _ms(value):
     return f"{value:.3g}" if value is not None else "—"
 
