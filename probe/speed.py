@@ -125,10 +125,8 @@ def start_run(db, target, options):
     from mpsprobe.engine import environment
     env = environment.describe(target)
     key = f"{options['source']}:" + hex(zlib.crc32(json.dumps(options, sort_keys=True).encode()))
-    writer = RunWriter.start(db, key, env, options, mpsprobe.__version__, os.getpid())
-    if "source" in db["runs"].columns_dict:
-        with db.conn:
-            db["runs"].update(writer.run_id, {"source": options["source"]})
+    writer = RunWriter.start(db, key, dict(env, source=options["source"]), options, mpsprobe.__version__,
+                             os.getpid())
     writer.run["cpu_threads"] = torch.get_num_threads()
     return writer
 

@@ -6,7 +6,6 @@ crossover by design); crossovers against a faster target are checked on rows
 whose times are given, through the same summary and writer the bench uses.
 """
 import asyncio
-import importlib.util
 import json
 import re
 import sqlite3
@@ -15,13 +14,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import rows, run_cli
 from mpsprobe.db import merge as merging, schema, speed as store
 from mpsprobe.db.query import speed as speed_q
 from mpsprobe.engine import devices
 from mpsprobe.engine.ladder import LadderRow, crossover_summaries
 from mpsprobe.modelcheck import batches
 from mpsprobe.site import make_datasette
+from mpsprobe.site.charts import svg_chart
+from mpsprobe.claims import CLAIMS
 from mpsprobe.speed import start_run
 from mpsprobe.vocabulary import BACKWARD, FORWARD
 
@@ -29,15 +29,8 @@ ROOT = Path(__file__).resolve().parent.parent
 CONVNET = str(ROOT / "tests" / "models" / "convnet.py")
 
 
-def _plugin():
-    spec = importlib.util.spec_from_file_location("speed_plugin", ROOT / "site" / "plugins" / "speed.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.fixture(scope="module")
-def bench_db(tmp_path_factory):
+def bench_db(tmp_path_factory, run_cli):
     """One bench through the CLI (two tiny ladders, both passes), then a batch sweep into it."""
     path = tmp_path_factory.mktemp("bench") / "speed.db"
     result = run_cli("bench", "--ops", "add,sum", "--max-size", "1e3", "--reps", 3, "--device", "cpu",
@@ -49,10 +42,10 @@ def bench_db(tmp_path_factory):
     return str(path), json.loads(result.output[result.output.index("{"):]), swept.output
 
 
-def test_bench_records_a_run_its_rows_and_crossovers(bench_db):
+def test_bench_records_a_run_its_rows_and_crossovers(bench_db, rows):
     path, out, _ = bench_db
     [run] = rows(path, "SELECT * FROM runs WHERE id = ?", [out["run_id"]])
-    assert run["state"] == "complete" and json.loads(run["options"])["source"] == "bench"
+    assert run["state"] == "complete" and run["source"] == json.loads(run["options"])["source"] == "bench"
     assert run["device"] == "cpu" and run["torch_version"] == torch.__version__
     stored = rows(path, "SELECT * FROM speed WHERE run_id = ? ORDER BY op, pass_name, size", [out["run_id"]])
     # add and sum at 100, 300 and 1000 elements, forward and backward: 12 rungs, all timed.
@@ -69,7 +62,7 @@ def test_bench_records_a_run_its_rows_and_crossovers(bench_db):
     assert [c["op"] for c in out["crossovers"]] == ["add", "add", "sum", "sum"]
 
 
-def test_bench_summary_table_and_progress(tmp_path):
+def test_bench_summary_table_and_progress(tmp_path, run_cli):
     result = run_cli("bench", "--ops", "relu", "--passes", "forward", "--max-size", "300", "--reps", 2,
                      "--device", "cpu", "--db", tmp_path / "s.db")
     assert result.exit_code == 0, result.output
@@ -87,7 +80,7 @@ def test_bench_summary_table_and_progress(tmp_path):
     (("--passes", "sideways"), "passes are"),
     (("--ops", "add", "--device", "nosuchdevice"), "unknown device"),
 ])
-def test_bench_bad_input_is_one_line_and_writes_nothing(tmp_path, args, words):
+def test_bench_bad_input_is_one_line_and_writes_nothing(tmp_path, args, words, run_cli):
     db = tmp_path / "s.db"
     result = run_cli("bench", *args, "--db", db)
     assert result.exit_code == 2 and words in result.output
@@ -120,7 +113,7 @@ def test_crossover_is_stored_and_read_back(tmp_path):
     assert [r["size"] for r in curve] == [100, 1000, 10000, 100000]
 
 
-def test_check_batch_sweep_records_model_speed(bench_db):
+def test_check_batch_sweep_records_model_speed(bench_db, rows):
     path, _, output = bench_db
     stored = rows(path, "SELECT * FROM model_speed ORDER BY batch")
     assert [(r["model"], r["mode"], r["batch"]) for r in stored] == [("convnet", "inference", 1),
@@ -139,12 +132,12 @@ def test_check_batch_sweep_records_model_speed(bench_db):
     (("--run", "--batch", "0,2"), "positive sizes"),
     (("--run", "--batch", "one"), "takes sizes"),
 ])
-def test_check_batch_bad_input(tmp_path, args, words):
+def test_check_batch_bad_input(tmp_path, args, words, run_cli):
     result = run_cli("check", CONVNET, *args, "--device", "cpu", "--db", tmp_path / "m.db")
     assert result.exit_code == 2 and words in result.output
 
 
-def test_training_sweep_and_expanded_inputs(tmp_path):
+def test_training_sweep_and_expanded_inputs(tmp_path, rows):
     tokens = torch.tensor([[3, 4], [5, 6]])
     grown = batches.expand((tokens, torch.randn(2, 3), torch.tensor(1.0)), 5)
     assert grown[0].tolist() == [[3, 4], [5, 6], [3, 4], [5, 6], [3, 4]]
@@ -158,7 +151,7 @@ def test_training_sweep_and_expanded_inputs(tmp_path):
     assert rows(tmp_path / "t.db", "SELECT count(*) AS n FROM model_speed WHERE run_id = ?", [run_id])[0]["n"] == 2
 
 
-def test_merge_carries_speed_rows(bench_db, tmp_path):
+def test_merge_carries_speed_rows(bench_db, tmp_path, rows):
     path, out, _ = bench_db
     merged = tmp_path / "merged.db"
     [report] = merging.merge([path], merged)
@@ -177,7 +170,7 @@ def _points(svg, css_class="mp-series"):
 
 
 def test_svg_chart_draws_log_axes_two_lines_and_the_crossover():
-    chart = _plugin().svg_chart
+    chart = svg_chart
     svg = chart([("CPU", "#000", [(100, 1.0), (1000, 10.0), (10000, 100.0)]),
                  ("mps <b>", "#00f", [(100, 10.0), (1000, 10.0), (10000, None)])],
                 x_label="elements", y_label="ms", marker=1000, marker_label="crossover", width=400, height=200)
@@ -221,6 +214,6 @@ def test_site_op_page_speed_page_and_slowest_query(bench_db):
 def test_readme_claims_table_names_every_claim_command():
     readme = (ROOT / "README.md").read_text()
     section = readme[readme.index("## The guides' claims"):]
-    for claim in _plugin().CLAIMS:
+    for claim in CLAIMS:
         for command in claim["command"].split("; "):
             assert command.replace("DEVICE", "cuda") in section or command in section, command

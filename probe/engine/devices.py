@@ -10,8 +10,10 @@ import os
 
 import torch
 
+from mpsprobe.errors import MpsprobeError
 
-class DeviceError(Exception):
+
+class DeviceError(MpsprobeError):
     """The requested device cannot be used here."""
 
 

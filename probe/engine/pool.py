@@ -14,13 +14,14 @@ import subprocess
 import tempfile
 import time
 
+from mpsprobe.errors import MpsprobeError
 from mpsprobe.vocabulary import CRASH, ERROR, TIMEOUT
 from .launch import worker_command
 
 STARTUP_BUDGET_S = 180.0  # importing torch and the OpInfo database, on a slow machine
 
 
-class WorkerError(Exception):
+class WorkerError(MpsprobeError):
     """A worker could not start, or refused a request (device, catalogue, …)."""
 
 
@@ -46,12 +47,17 @@ class _Worker:
             if line.strip():
                 yield json.loads(line)
 
-    def stderr_tail(self, limit=400):
+    def stderr_lines(self, n=20, limit=400):
+        """The last `n` non-blank lines the worker wrote to stderr, each cut at `limit`."""
         self.log.seek(0, os.SEEK_END)
         size = self.log.tell()
-        self.log.seek(max(0, size - 4096))
+        self.log.seek(max(0, size - 8192))
         lines = [x for x in self.log.read().decode(errors="replace").splitlines() if x.strip()]
-        return lines[-1][:limit] if lines else ""
+        return [x[:limit] for x in lines[-n:]]
+
+    def stderr_tail(self, limit=400):
+        lines = self.stderr_lines(1, limit)
+        return lines[-1] if lines else ""
 
     def stop(self):
         """Kill the process (if still alive) and reap it; returns its exit status."""
@@ -182,7 +188,11 @@ class Pool:
         worker.task = pair
         worker.index = worker.sample = None
         worker.deadline = time.monotonic() + max(self.timeout, STARTUP_BUDGET_S)
-        worker.send({"cmd": "pair", "op": pair["op"], "dtype": pair["dtype"], "done": pair["done"]})
+        message = {"cmd": pair.get("cmd", "pair"), "op": pair["op"], "dtype": pair["dtype"],
+                   "done": pair["done"]}
+        if "calls" in pair:  # a model's calls to replay, instead of OpInfo samples
+            message["calls"] = pair["calls"]
+        worker.send(message)
 
     def _handle(self, worker, message, on_case, on_pair):
         kind = message.pop("type")
@@ -211,7 +221,8 @@ class Pool:
         """A worker died or overran: charge the case in flight, requeue the rest."""
         pair, index, sample = worker.task, worker.index, worker.sample
         signum, text = _death(worker.stop())
-        tail = worker.stderr_tail()
+        lines = worker.stderr_lines()
+        tail = lines[-1] if lines else ""
         self._retire(worker)
         if pair is None:
             return
@@ -224,11 +235,13 @@ class Pool:
                 return
             index, sample = _next_index(pair), "(between cases)"
         if timed_out:
-            result = {"status": TIMEOUT, "check_kind": "none",
+            result = {"status": TIMEOUT, "check_kind": "none", "reason_kind": "hang",
                       "reason": f"no result within {self.timeout:g} s; worker killed"}
         else:
             result = {"status": CRASH, "check_kind": "none", "signal": signum,
-                      "reason": text, "message": tail or None}
+                      "reason": text, "message": tail or None,
+                      "reason_kind": "signal" if signum else "exit",
+                      "stderr_tail": "\n".join(lines) or None}
         pair["done"].append(index)
         on_case(pair, index, sample, result)
         if between_cases:  # it died twice outside any case: the pair ends here

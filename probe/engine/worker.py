@@ -11,6 +11,8 @@ Requests (stdin, one JSON object a line):
   {"cmd": "pair", "op": ..., "dtype": ..., "done": [sample indices already recorded]}
       -> {"type": "begin", "index": i, "sample": "..."} and {"type": "result", "index": i, ...}
          for each sample, then {"type": "pair_done", "n_cases": n}
+  {"cmd": "replay", "op": ..., "dtype": ..., "done": [...], "calls": [encoded calls]}
+      -> the same, one case per captured call of a model (modelcheck/replay.py)
 Any request can instead answer {"type": "fatal", "message": "..."}.
 """
 import json
@@ -93,6 +95,19 @@ class Worker:
                           "error_type": type(e).__name__, "message": str(e)[:500]}
             self.send({"type": "result", "index": index, **result})
         self.send({"type": "pair_done", "n_cases": len(cases)})
+
+    def replay(self, request):
+        """A pair of a model's captured calls (modelcheck.replay.pairs), each a case."""
+        from mpsprobe.modelcheck.replay import decode, run_call
+        done = set(request.get("done") or ())
+        calls = [decode(text) for text in request["calls"]]
+        for call in calls:
+            if call.index in done:
+                continue
+            self.send({"type": "begin", "index": call.index, "sample": call.summary()})
+            result = run_call(call, self.target, timing=self.config.get("timing", True))
+            self.send({"type": "result", "index": call.index, **result})
+        self.send({"type": "pair_done", "n_cases": len(calls)})
 
 
 def main(config_json):

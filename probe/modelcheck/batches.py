@@ -143,27 +143,30 @@ def record(db, run_id, rows, target):
     return cross
 
 
-def sweep_and_record(spec, input_shape, dtype, train, optimizer, text, target, db, run_id, say=print):
-    """`check --run --batch`: load MODEL afresh (the capture ran, and with --train stepped,
-    its own copy), sweep it and record the sweep under the replay's run.
-
-    Returns (rows, crossover); raises ModelError for bad sizes or a model that will not load."""
-    sizes = parse_batches(text)
-    loaded = models.load(spec, models.parse_shape(input_shape) if input_shape else None)
-    if dtype:
-        models.cast(loaded, getattr(torch, dtype))
+def sweep_and_record(loaded, sizes, device, backend, db, run_id, *, train=False, optimizer="sgd",
+                     say=print):
+    """`check --run --batch`: sweep `loaded` over `sizes` on the CPU and `device` (in this
+    process) and record the sweep under the replay's run `run_id`; returns
+    {"rows": [...], "crossover": {...}, "device": name}."""
+    from mpsprobe.engine import devices
+    from mpsprobe.errors import MpsprobeError
+    try:
+        target = devices.resolve(device, backend)
+    except devices.DeviceError as e:
+        raise MpsprobeError(str(e)) from None
     say(f"timing one {TRAINING if train else INFERENCE} step at batch sizes {', '.join(map(str, sizes))} "
         f"on the CPU ({torch.get_num_threads()} threads) and {target.name}")
     rows = sweep(loaded, target.torch_device, sizes, train=train, optimizer=optimizer)
-    return rows, record(db, run_id, rows, target.torch_device)
+    return {"rows": rows, "crossover": record(db, run_id, rows, target.torch_device), "device": target.name}
 
 
 def _ms(value):
     return f"{value:.3g}" if value is not None else "—"
 
 
-def format_sweep(rows, cross, device):
-    """The report's lines: one per batch, then the crossover."""
+def format_sweep(sweep):
+    """The report's lines for sweep_and_record()'s result: one per batch, then the crossover."""
+    rows, cross, device = sweep["rows"], sweep["crossover"], sweep["device"]
     if not rows:
         return []
     r0 = rows[0]
