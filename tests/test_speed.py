@@ -23,7 +23,7 @@ from mpsprobe.site import make_datasette
 from mpsprobe.site.charts import svg_chart
 from mpsprobe.claims import CLAIMS
 from mpsprobe.speed import start_run
-from mpsprobe.vocabulary import BACKWARD, FORWARD
+from mpsprobe.vocabulary import BACKWARD, FORWARD, PASS_COLUMN
 
 ROOT = Path(__file__).resolve().parent.parent
 CONVNET = str(ROOT / "tests" / "models" / "convnet.py")
@@ -68,7 +68,7 @@ def test_bench_summary_table_and_progress(tmp_path, run_cli):
     assert result.exit_code == 0, result.output
     assert "[1/1] relu" in result.output
     header, line = [x for x in result.output.splitlines() if x.startswith(("op ", "relu "))]
-    assert header.split() == ["op", "pass_name", "crossover", "best", "speedup"]
+    assert header.split() == ["op", PASS_COLUMN, "crossover", "best", "speedup"]
     assert line.split()[:2] == ["relu", FORWARD] and "target is the CPU" in line
     assert "recorded as run" in result.output
 

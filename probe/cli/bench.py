@@ -1,11 +1,10 @@
 """`mpsprobe bench`: op speed ladders on the CPU and a device, recorded as a run."""
-import json
 import sys
 
 import click
 
-from mpsprobe.cli import UserError
-from mpsprobe.errors import MpsprobeError
+from mpsprobe.cli import output
+from mpsprobe.speed import BENCH_PASSES, DTYPES
 
 
 class Progress:
@@ -30,21 +29,6 @@ class Progress:
             self.bar.__exit__(None, None, None)
 
 
-def format_summary(result):
-    """The summary table: op, pass, crossover, best speedup."""
-    rows = [("op", "pass_name", "crossover", "best speedup")]
-    rows += [(op, pass_name, text, f"{best:.2f}x" if best is not None else "—")
-             for op, pass_name, text, best in result.summary()]
-    widths = [max(len(str(r[i])) for r in rows) for i in range(4)]
-    lines = ["  ".join(str(v).ljust(w) for v, w in zip(r, widths)).rstrip() for r in rows]
-    env = result.env
-    lines.append(f"{len(result.rows)} rungs of {len({r.op for r in result.rows})} ops on {env.get('device')} "
-                 f"({env.get('device_name')}) against the CPU ({env.get('cpu_threads')} threads), "
-                 f"torch {env.get('torch_version')}, {result.wall_s:.1f} s")
-    lines.append(f"recorded as run {result.run_id} in {result.db_path}")
-    return lines
-
-
 @click.command()
 @click.option("--ops", default=None, help="Comma-separated ladder names (default: all 55).")
 @click.option("--families", default=None,
@@ -52,8 +36,8 @@ def format_summary(result):
                    "linear, attention, embedding, rnn, resample.")
 @click.option("--device", default="auto", show_default=True, help="Target: auto, mps, cuda, cuda:1, cpu.")
 @click.option("--dtype", default="float32", show_default=True,
-              type=click.Choice(["float32", "float16", "bfloat16", "float64"]))
-@click.option("--passes", default="forward,backward", show_default=True, help="forward, backward or both.")
+              type=click.Choice(DTYPES))
+@click.option("--passes", default=",".join(BENCH_PASSES), show_default=True, help="forward, backward or both.")
 @click.option("--max-size", default=None, help="Largest size-ladder rung, in elements (like 1e6).")
 @click.option("--max-batch", default=None, help="Largest batch of the layer ladders (1, 8, 32, 128).")
 @click.option("--reps", default=10, show_default=True, type=int, help="Timed repetitions per rung.")
@@ -84,13 +68,12 @@ def bench(ops, families, device, dtype, passes, max_size, max_batch, reps, rung_
 
     progress = Progress()
     try:
-        result = mpsprobe.bench(ops, families, device=device, dtype=dtype, passes=passes,
-                                max_size=max_size, max_batch=max_batch, db=db_path, reps=reps,
-                                rung_budget_s=rung_budget, op_budget_s=op_budget, on_op=progress)
+        result = mpsprobe.bench(ops, families, device=device, dtype=dtype, passes=passes, max_size=max_size,
+                                max_batch=max_batch, db=db_path, reps=reps, rung_budget_s=rung_budget,
+                                op_budget_s=op_budget, on_op=progress)
+    finally:
         progress.close()
-    except MpsprobeError as e:
-        raise UserError(str(e)) from None
     if as_json:
-        click.echo(json.dumps(result.to_json(), indent=2))
+        click.echo(output.as_json(result.to_json()))
     else:
-        click.echo("\n".join(format_summary(result)))
+        click.echo("\n".join(output.bench_summary(result)))

@@ -1,7 +1,7 @@
 """Everything the commands print, formatted in one place (lines of text; JSON as is)."""
 import json
 
-from mpsprobe.vocabulary import STATUSES
+from mpsprobe.vocabulary import PASS_COLUMN, STATUSES
 
 
 def as_json(data):
@@ -112,4 +112,19 @@ def envs_table(found, where):
              f"python {e['python'] or '?':<8} {size(e['size_bytes']):>10}  {e['state']}"
              for e in found]
     lines.append(f"in {where}")
+    return lines
+
+
+def bench_summary(result):
+    """`bench`: op, pass, crossover and best speedup per ladder, then where and how long."""
+    rows = [("op", PASS_COLUMN, "crossover", "best speedup")]
+    rows += [(op, pass_name, text, f"{best:.2f}x" if best is not None else "—")
+             for op, pass_name, text, best in result.summary()]
+    widths = [max(len(str(r[i])) for r in rows) for i in range(4)]
+    lines = ["  ".join(str(v).ljust(w) for v, w in zip(r, widths)).rstrip() for r in rows]
+    env = result.env
+    lines.append(f"{len(result.rows)} rungs of {len({r.op for r in result.rows})} ops on {env.get('device')} "
+                 f"({env.get('device_name')}) against the CPU ({env.get('cpu_threads')} threads), "
+                 f"torch {env.get('torch_version')}, {result.wall_s:.1f} s")
+    lines.append(f"recorded as run {result.run_id} in {result.db_path}")
     return lines
