@@ -1,0 +1,1 @@
+"""The engine: plan cases, run them in isolated workers, judge them."""
