@@ -224,7 +224,7 @@ _MACOS_GATES = (
             r"The MPS backend is supported on MacOS (?P<min_macos>12\.3)\+", UNSUPPORTED, "macos_version",
             sources=[_src(EMPTY, "v1.12.0", "v1.13.0", "v2.0.0", "v2.3.0")]),
     _family("mps_needs_macos_13_or_14", "The MPS backend needs macOS 13 (torch 2.6) or 14 (torch 2.9 on)",
-            r"The MPS backend is supported on (?P<min_macos>mac[Oo][Ss] 1[3-9]\.\d)\+", UNSUPPORTED, "macos_version",
+            r"The MPS backend is supported on (?P<min_macos>[Mm]ac[Oo][Ss] 1[3-9]\.\d)\+", UNSUPPORTED, "macos_version",
             sources=[_src(EMPTY, "v2.6.0", "v2.9.0", "v2.13.0", "v2.14.1")]),
     _family("bfloat16_needs_macos_14", "bfloat16 tensors need macOS 14 (empty_mps)",
             r"MPS BFloat16 is only supported on (?P<min_macos>MacOS 14) or newer", UNSUPPORTED, "macos_version",
@@ -255,22 +255,17 @@ _MACOS_GATES = (
             r"MPS: " + BARE_OP + r" op with int64 input is supported natively starting from "
             r"(?P<min_macos>macOS 13\.0)\.(?! Falling back)", UNSUPPORTED, "macos_version",
             sources=[_src(OPS + "Pooling.mm", "v2.0.0", "v2.3.0")], dtype="int64"),
-    _family("int64_needs_macos_13_2", "A binary op with int64 input needs macOS 13.2",
-            r"MPS: " + BARE_OP + r" op with int64 input is supported natively starting from "
-            r"(?P<min_macos>macOS 13\.2)", UNSUPPORTED, "macos_version",
-            sources=[_src(OPS + "BinaryOps.mm", "v2.0.0", "v2.3.0", "v2.6.0")], dtype="int64"),
+    _family("pow_int64_needs_macos_13_2", "pow with int64 input needs macOS 13.2",
+            r"MPS: power op with int64 input is supported natively starting from (?P<min_macos>macOS 13\.2)",
+            UNSUPPORTED, "macos_version", sources=[_src(OPS + "BinaryOps.mm", "v2.0.0", "v2.3.0", "v2.6.0")],
+            op="aten::pow", dtype="int64"),
     _family("uint8_needs_macos_13", "A unary or binary op with uint8 needs macOS 13",
             r"MPS support (?:unary|binary) op with uint8 natively starting from (?P<min_macos>macOS 13\.0)",
-            UNSUPPORTED, "macos_version", sources=[_src(MPS_FOLDER, "v2.0.0", "v2.3.0")], dtype="uint8"),
-    _family("multilayer_lstm_needs_macos_13", "A multi-layer LSTM needs macOS 13",
-            r"(?:Native )?[Mm]ulti-layer LSTM support in MPS available only on (?P<min_macos>MacOS 13) onwards",
-            UNSUPPORTED, "macos_version", sources=[_src(OPS + "RnnOps.mm", "v2.0.0", "v2.3.0")], op="aten::lstm"),
-    _family("cumsum_needs_macos_13", "cumsum needs macOS 13 (torch 2.0)",
-            r"torch\.(?P<op>cumsum) supported by MPS on (?P<min_macos>MacOS 13)\+, please upgrade",
-            UNSUPPORTED, "macos_version", sources=[_src(OPS + "UnaryOps.mm", "v2.0.0")]),
-    _family("topk_k16_needs_macos_13", "topk with k > 16 needs macOS 13",
-            r"torch\.(?P<op>topk) support for k>16 by MPS on (?P<min_macos>MacOS 13)\+, please upgrade",
-            UNSUPPORTED, "macos_version", sources=[_src(OPS + "Shape.mm", "v2.0.0", "v2.3.0")]),
+            UNSUPPORTED, "macos_version", sources=[_src(OPS + "UnaryOps.mm", "v2.0.0", "v2.3.0"),
+                                                   _src(OPS + "BinaryOps.mm", "v2.0.0", "v2.3.0")], dtype="uint8"),
+    _family("multilayer_lstm_needs_macos_13", "A multi-layer LSTM needs macOS 13 (torch 2.0)",
+            r"^Multi-layer LSTM support in MPS available only on (?P<min_macos>MacOS 13) onwards",
+            UNSUPPORTED, "macos_version", sources=[_src(OPS + "RnnOps.mm", "v2.0.0")], op="aten::lstm"),
     _family("bmm_tiling_needs_macos_15", "Batch matmul over 2**32 entries needs macOS 15",
             r"Tiling of batch matmul for larger than 2\*\*32 entries only available from (?P<min_macos>MacOS15) onwards",
             UNSUPPORTED, "macos_version", sources=[_src(OPS + "LinearAlgebra.mm", "v2.6.0", "v2.9.0", "v2.13.0", "v2.14.1")],
@@ -294,9 +289,10 @@ _KERNEL_FALLBACKS = (
             r"MPS: (?P<op>nonzero) op is supported natively starting from (?P<min_macos>macOS 1[34]\.0)\. "
             + FALLING_BACK, FALLBACK, "kernel_fallback", channel=WARNED,
             sources=[_src(OPS + "Indexing.mm", "v2.0.0", "v2.3.0", "v2.6.0")]),
-    _family("nonzero_input_macos_14", "nonzero falls back for some inputs on macOS 14",
-            r"MPS: (?P<op>nonzero) op is not natively supported for the provided input on (?P<min_macos>MacOS14)",
-            FALLBACK, "kernel_fallback", channel=WARNED, sources=[_src(OPS + "Indexing.mm", "v2.6.0", "v2.9.0")]),
+    _family("nonzero_input_macos_14", "nonzero falls back for large or complex inputs before macOS 15",
+            r"MPS: (?P<op>nonzero) op is not natively supported for the provided input on MacOS14",
+            FALLBACK, "kernel_fallback", channel=WARNED, sources=[_src(OPS + "Indexing.mm", "v2.6.0", "v2.9.0")],
+            min_macos="15.0"),  # the gate is macOS 15 (large or complex inputs), whatever the text says
     _family("median_native_from_macos_13", "median falls back below macOS 13",
             r"MPS: (?P<op>median) op is supported natively starting from (?P<min_macos>macOS 13\.0)\. " + FALLING_BACK,
             FALLBACK, "kernel_fallback", channel=WARNED, sources=[_src(OPS + "ReduceOps.mm", "v2.0.0", "v2.3.0")]),
@@ -316,9 +312,9 @@ _KERNEL_FALLBACKS = (
             r"MPS: (?P<op>randperm) op is supported natively starting from (?P<min_macos>macOS 13\.0)\. " + FALLING_BACK,
             FALLBACK, "kernel_fallback", channel=WARNED, sources=[_src(OPS + "RangeFactories.mm", "v2.0.0", "v2.3.0")]),
     _family("upsample_scale_from_macos_13", "upsampling with a scale factor falls back below macOS 13",
-            r"MPS: passing scale factor to (?P<op>upsample) ops is supported natively starting from "
+            r"MPS: passing scale factor to upsample ops is supported natively starting from "
             r"(?P<min_macos>macOS 13\.0)\. " + FALLING_BACK, FALLBACK, "kernel_fallback", channel=WARNED,
-            sources=[_src(OPS + "UpSample.mm", "v2.0.0", "v2.3.0")], op="aten::upsample"),
+            sources=[_src(OPS + "UpSample.mm", "v2.0.0", "v2.3.0")]),
     _family("upsample_nearest_from_macos_13", "nearest upsampling falls back below macOS 13",
             r"MPS: '(?P<mode>nearest(?:-exact)?)' mode upsampling is supported natively starting from "
             r"(?P<min_macos>macOS 13\.0)\. " + FALLING_BACK, FALLBACK, "kernel_fallback", channel=WARNED,
@@ -328,10 +324,18 @@ _KERNEL_FALLBACKS = (
             + FALLING_BACK, FALLBACK, "kernel_fallback", channel=WARNED,
             sources=[_src(OPS + "Pooling.mm", "v2.0.0", "v2.3.0", "v2.6.0", "v2.9.0", "v2.13.0", "v2.14.1")],
             op="aten::avg_pool2d", dtype="int64"),
-    _family("inverse_from_macos_13", "linalg_inv_ex falls back below macOS 13",
-            r"torch\.(?P<op>linalg_inv_ex)(?:\.inverse)? is supported by MPS on (?P<min_macos>MacOS 13)\+, "
+    _family("inverse_from_macos_13", "linalg_inv_ex falls back below macOS 13.3",
+            r"torch\.(?P<op>linalg_inv_ex)(?:\.inverse)? is supported by MPS on MacOS 13\+, "
             r"please upgrade\. Falling back to CPU", FALLBACK, "kernel_fallback", channel=WARNED,
-            sources=[_src(OPS + "Inverse.mm", "v2.0.0", "v2.3.0", "v2.6.0")]),
+            sources=[_src(OPS + "Inverse.mm", "v2.0.0", "v2.3.0", "v2.6.0")],
+            min_macos="13.3"),  # the gate is MACOS_VER_13_3_PLUS, whatever the text says
+    _family("cumulative_from_macos_13", "cumsum (and other cumulative ops) fall back below macOS 13",
+            r"(?:^|\btorch\.)(?P<op>\w+) supported by MPS on (?P<min_macos>MacOS 13)\+, please upgrade",
+            FALLBACK, "kernel_fallback", channel=WARNED,
+            sources=[_src(OPS + "UnaryOps.mm", "v2.0.0", "v2.3.0", "v2.6.0")]),
+    _family("topk_k16_from_macos_13", "topk with k > 16 falls back below macOS 13",
+            r"torch\.(?P<op>topk) support for k>16 by MPS on (?P<min_macos>MacOS 13)\+, please upgrade",
+            FALLBACK, "kernel_fallback", channel=WARNED, sources=[_src(OPS + "Shape.mm", "v2.0.0", "v2.3.0")]),
     _family("sort_from_macos_13", "sort falls back below macOS 13",
             r"torch\.(?P<op>sort) is supported by MPS on (?P<min_macos>MacOS 13)\+, please upgrade\. Falling back to CPU",
             FALLBACK, "kernel_fallback", channel=WARNED, sources=[_src(OPS + "Sort.mm", "v2.0.0", "v2.3.0")]),
@@ -339,6 +343,10 @@ _KERNEL_FALLBACKS = (
             r"(?P<op>linalg_qr): MPS implementation is currently limited to min\(m,n\) <= \d+, falling back to CPU",
             FALLBACK, "kernel_fallback", channel=WARNED, sources=[_src(OPS + "LinearAlgebra.mm", "v2.13.0")]),
     # Notices: warnings that say something about the kernel but not that work ran on the CPU.
+    _family("multilayer_lstm_cell_notice", "A multi-layer LSTM runs as LSTMCell steps before macOS 13 (not a CPU fallback)",
+            r"Native multi-layer LSTM support in MPS available only on (?P<min_macos>MacOS 13) onwards\. "
+            r"Falling back to LSTMCell iteration", None, None, channel=WARNED,
+            sources=[_src("aten/src/ATen/native/RNN.cpp", "v2.3.0")], op="aten::lstm"),
     _family("int64_downcast_notice", "int64 computed in a smaller type before macOS 13.3 (not a CPU fallback)",
             r"MPS: no support for int64 for (?P<op>\w+), downcasting to a smaller data type \(int32/float32\)\. "
             r"Native support for int64 has been added in (?P<min_macos>macOS 13\.3)",
@@ -391,7 +399,8 @@ _DTYPES_REFUSED = (
             BARE_OP + r" is only implemented for floating types", UNSUPPORTED, "dtype",
             sources=[_src(MPS_FOLDER, "v2.0.0", "v2.3.0", "v2.6.0", "v2.9.0", "v2.13.0", "v2.14.1")]),
     _family("complex_not_supported_for_mps", "An op refuses complex (or bool) input",
-            r"(?P<op>\w+(?: \w+)?) for (?P<dtype>complex|bool) is not supported for MPS", UNSUPPORTED, "dtype",
+            r"(?:\b(?P<op>[a-z_]+)|[A-Z][\w ]*?) for (?P<dtype>complex|bool) is not supported for MPS",
+            UNSUPPORTED, "dtype",
             sources=[_src(MPS_FOLDER, "v2.13.0", "v2.14.1")]),
     _family("complex_yet_not_supported", "An indexing op does not support complex yet",
             r"(?P<op>gather|scatter|index_select|index_fill_)\(\): (?:Yet not supported for complex|"
@@ -577,10 +586,13 @@ READ_IN_SOURCE = (
     "not_implemented_77764", "not_implemented_141287", "generic_cpu_fallback", "view_op_no_fallback",
     "view_op_copied_to_cpu", "slow_conv2d_devices", "rank_over_16", "float64_from_mps", "bfloat16_needs_macos_14",
     "mps_needs_macos_12_3", "bfloat16_type_needs_macos_14", "complex_needs_macos_14", "fft_needs_macos_14",
-    "conv3d_needs_macos_13_2", "convolution_floating_only", "int64_needs_macos_13", "int64_needs_macos_13_2",
+    "conv3d_needs_macos_13_2", "convolution_floating_only", "int64_needs_macos_13",
     "nonzero_native_from_macos", "median_native_from_macos_13", "grid_sampler_native_from_macos",
     "unique_native_from_macos_13", "randperm_native_from_macos_13", "upsample_scale_from_macos_13",
     "upsample_nearest_from_macos_13", "avg_pool_divisor_int64", "int64_downcast_notice", "mps_out_of_memory",
+    "uint8_needs_macos_13", "pow_int64_needs_macos_13_2", "multilayer_lstm_needs_macos_13",
+    "multilayer_lstm_cell_notice", "cumulative_from_macos_13", "topk_k16_from_macos_13", "sort_from_macos_13",
+    "inverse_from_macos_13", "nonzero_input_macos_14",
 )
 
 MESSAGE_FAMILIES = (_NO_KERNEL + _MACOS_GATES + _KERNEL_FALLBACKS + _DTYPES_REFUSED + _SIZE_LIMITS
@@ -624,7 +636,7 @@ def _is_not_implemented(exc_type):
     if exc_type is None:
         return False
     if isinstance(exc_type, str):
-        return exc_type.rsplit(".", 1)[-1] in ("NotImplementedError",)
+        return re.split(r"[.:]+", exc_type)[-1] == "NotImplementedError"
     if isinstance(exc_type, BaseException):
         exc_type = type(exc_type)
     return isinstance(exc_type, type) and issubclass(exc_type, NotImplementedError)
@@ -765,7 +777,7 @@ def crash_evidence(stderr_tail):
         evidence = dict(family=family.name, reason_kind=family.reason_kind, op=None, dtype=None,
                         min_macos=None, line=line)
         if "message" in m.groupdict():
-            inner = classify_message(m.group("message"), exc_type=m.group("exception"))
+            inner = classify_message(m.group("message"))
             if inner is not None:
                 evidence.update(reason_kind=inner.reason_kind, op=inner.op, dtype=inner.dtype,
                                 min_macos=inner.min_macos)
