@@ -40,6 +40,9 @@ EXAMPLES = [
     ("view_op_no_fallback", "The operator aten::view_as_complex appears to be a view operator, but it has no "
      "implementation for the backend \"mps:0\". View operators don't support since the tensor's storage cannot "
      "be shared across devices.", U, "no_kernel", "aten::view_as_complex", None, None),
+    ("view_op_no_fallback", "The operator aten::unfold appears to be a view operator, but it has no "
+     "implementation for the backend \"mps:0\". View operators don't support falling back to run on the CPU, "
+     "since the tensor's storage cannot be shared across devices.", U, "no_kernel", "aten::unfold", None, None),
     ("dispatchstub_missing_mps", "DispatchStub: missing MPS kernel", U, "no_kernel", None, None, None),
     ("extension_no_mps_impl", "nms_impl: implementation for device mps:0 not found.", U, "no_kernel",
      "mmcv::nms_impl", None, None),
@@ -403,7 +406,7 @@ def test_unknown_not_implemented_is_no_kernel_and_anything_else_a_bug():
 
 
 def test_classify_error_keeps_the_shape_of_classify():
-    status, op, reason = m.classify_error(TypeError(EXAMPLES[11][1]))
+    status, op, reason = m.classify_error(TypeError("MPS BFloat16 is only supported on MacOS 14 or newer"))
     assert (status, op) == (U, None) and "needs macOS 14.0" in reason and "bfloat16" in reason
     assert m.classify_error(RuntimeError("boom")) == (E, None, "RuntimeError on the target only")
     assert m.classify_error(NotImplementedError("boom"))[:2] == (U, None)
@@ -425,10 +428,10 @@ def test_classify_error_agrees_with_classify_on_its_texts():
 def test_classify_error_reads_what_classify_missed():
     from mpsprobe import classify
     nms = RuntimeError(EXAMPLES[1][1])  # a custom op's refusal, re-raised as a RuntimeError
-    assert classify.classify_error(nms)[:2] == ("error", None)
+    assert classify.classify_error(nms)[:2] == (E, None)
     assert m.classify_error(nms)[:2] == (U, "torchvision::nms")
     gate = TypeError("MPS BFloat16 is only supported on MacOS 14 or newer")
-    assert classify.classify_error(gate)[0] == "error" and m.classify_error(gate)[0] == U
+    assert classify.classify_error(gate)[0] == E and m.classify_error(gate)[0] == U
 
 
 # --- crashes ---------------------------------------------------------------------------------------

@@ -39,9 +39,9 @@ from typing import NamedTuple, Optional, Tuple
 from mpsprobe.vocabulary import CRASH, ERROR, FALLBACK, REASON_KINDS, STATUSES, UNSUPPORTED
 
 # Where a text appears.
-RAISED = "error"      # the text of an exception
-WARNED = "warning"    # the text of a Python warning (TORCH_WARN, TORCH_WARN_ONCE)
-PRINTED = "crash"     # a line a dying process prints to stderr
+RAISED = "raised"     # the text of an exception
+WARNED = "warned"     # the text of a Python warning (TORCH_WARN, TORCH_WARN_ONCE)
+PRINTED = "printed"   # a line a dying process prints to stderr before it dies
 
 CHANNELS = (RAISED, WARNED, PRINTED)
 
@@ -207,9 +207,12 @@ _NO_KERNEL = (
     _family("not_implemented_mps", "No MPS kernel (any other wording of the MPS error fallback)",
             r"The operator '?" + OP + r"'? is not (?:currently |current )?implemented for the MPS device",
             UNSUPPORTED, "no_kernel", sources=[_src(FALLBACK_MM, *T_ALL)]),
+    # Raised in every version: torch 1.12-2.0 said "don't support falling back to run on the CPU, since",
+    # 2.3 on "don't support since" (2.3 on also warns with the older words: see view_op_copied_to_cpu).
     _family("view_op_no_fallback", "A view op with no MPS kernel cannot fall back to the CPU",
             r"The operator " + OP + r" appears to be a view operator, but it has no implementation "
-            r"for the backend \"(?:mps|MPS)[^\"]*\"\. View operators don't support since",
+            r"for the backend \"(?:mps|MPS)[^\"]*\"\. View operators don't support "
+            r"(?:falling back to run on the CPU, )?since",
             UNSUPPORTED, "no_kernel", sources=[_src("aten/src/ATen/native/CPUFallback.cpp", *T_ALL)]),
     _family("dispatchstub_missing_mps", "A DispatchStub has no MPS kernel registered",
             r"DispatchStub: missing MPS kernel", UNSUPPORTED, "no_kernel",
