@@ -415,7 +415,8 @@ def test_classify_error_keeps_the_shape_of_classify():
 def test_classify_error_agrees_with_classify_on_its_texts():
     from mpsprobe import classify
     texts = [EXAMPLES[2][1], "Could not run 'aten::_foo.out' with arguments from the 'CUDA' backend.",
-             '"addmm_cuda" not implemented for \'ComplexHalf\'', "getCudnnDataTypeFromScalarType() not supported for Long",
+             '"addmm_cuda" not implemented for \'ComplexHalf\'',
+             "getCudnnDataTypeFromScalarType() not supported for Long",
              "HalfTensor is not supported", "boom"]
     for text in texts:
         for exc in (RuntimeError(text), NotImplementedError(text)):

@@ -179,6 +179,11 @@ def _src(path, *tags):
     return (path, tuple(tags))
 
 
+def _since(tag):
+    """The tags checked from `tag` to the newest."""
+    return ALL_TAGS[ALL_TAGS.index(tag):]
+
+
 T_ALL = ALL_TAGS
 FALLBACK_MM = "aten/src/ATen/mps/MPSFallback.mm"
 EMPTY = "aten/src/ATen/mps/EmptyTensor.cpp"
@@ -202,7 +207,7 @@ _NO_KERNEL = (
     _family("not_implemented_141287", "No MPS kernel (pointing at issue 141287, with the commit hash)",
             r"The operator '" + OP + r"' is not currently implemented for the MPS device\. "
             r"If you want this op to be considered for addition",
-            UNSUPPORTED, "no_kernel", sources=[_src(FALLBACK_MM, "v2.6.0", "v2.9.0", "v2.13.0", "v2.14.1")]),
+            UNSUPPORTED, "no_kernel", sources=[_src(FALLBACK_MM, *_since("v2.6.0"))]),
     # A later wording not yet seen: any "is not currently implemented for the MPS device".
     _family("not_implemented_mps", "No MPS kernel (any other wording of the MPS error fallback)",
             r"The operator '?" + OP + r"'? is not (?:currently |current )?implemented for the MPS device",
@@ -228,7 +233,7 @@ _MACOS_GATES = (
             sources=[_src(EMPTY, "v1.12.0", "v1.13.0", "v2.0.0", "v2.3.0")]),
     _family("mps_needs_macos_13_or_14", "The MPS backend needs macOS 13 (torch 2.6) or 14 (torch 2.9 on)",
             r"The MPS backend is supported on (?P<min_macos>[Mm]ac[Oo][Ss] 1[3-9]\.\d)\+", UNSUPPORTED, "macos_version",
-            sources=[_src(EMPTY, "v2.6.0", "v2.9.0", "v2.13.0", "v2.14.1")]),
+            sources=[_src(EMPTY, *_since("v2.6.0"))]),
     _family("bfloat16_needs_macos_14", "bfloat16 tensors need macOS 14 (empty_mps)",
             r"MPS BFloat16 is only supported on (?P<min_macos>MacOS 14) or newer", UNSUPPORTED, "macos_version",
             sources=[_src(EMPTY, "v2.3.0", "v2.6.0")], dtype="bfloat16"),
@@ -270,12 +275,14 @@ _MACOS_GATES = (
             r"^Multi-layer LSTM support in MPS available only on (?P<min_macos>MacOS 13) onwards",
             UNSUPPORTED, "macos_version", sources=[_src(OPS + "RnnOps.mm", "v2.0.0")], op="aten::lstm"),
     _family("bmm_tiling_needs_macos_15", "Batch matmul over 2**32 entries needs macOS 15",
-            r"Tiling of batch matmul for larger than 2\*\*32 entries only available from (?P<min_macos>MacOS15) onwards",
-            UNSUPPORTED, "macos_version", sources=[_src(OPS + "LinearAlgebra.mm", "v2.6.0", "v2.9.0", "v2.13.0", "v2.14.1")],
+            r"Tiling of batch matmul for larger than 2\*\*32 entries only available from "
+            r"(?P<min_macos>MacOS15) onwards",
+            UNSUPPORTED, "macos_version", sources=[_src(OPS + "LinearAlgebra.mm", *_since("v2.6.0"))],
             op="aten::bmm"),
     _family("scatter_reduce_int64_needs_macos_15", "scatter_reduce amin/amax on int64 needs macOS 15",
             r"(?P<op>scatter_reduce)\(amin/amax\) on int64 requires (?P<min_macos>macOS 15) or newer",
-            UNSUPPORTED, "macos_version", sources=[_src(OPS + "ScatterGather.mm", "v2.13.0", "v2.14.1")], dtype="int64"),
+            UNSUPPORTED, "macos_version", sources=[_src(OPS + "ScatterGather.mm", "v2.13.0", "v2.14.1")],
+            dtype="int64"),
 )
 
 _KERNEL_FALLBACKS = (
@@ -287,7 +294,7 @@ _KERNEL_FALLBACKS = (
             r"The operator " + OP + r" appears to be a view operator, but it has no implementation for the "
             r"backend \"[^\"]*\"\. View operators don't support falling back to run on the CPU",
             FALLBACK, "cpu_fallback", channel=WARNED,
-            sources=[_src("aten/src/ATen/native/CPUFallback.cpp", "v2.3.0", "v2.6.0", "v2.9.0", "v2.13.0", "v2.14.1")]),
+            sources=[_src("aten/src/ATen/native/CPUFallback.cpp", *_since("v2.3.0"))]),
     _family("nonzero_native_from_macos", "nonzero falls back below macOS 13 (torch 2.0-2.3) or 14 (2.6)",
             r"MPS: (?P<op>nonzero) op is supported natively starting from (?P<min_macos>macOS 1[34]\.0)\. "
             + FALLING_BACK, FALLBACK, "kernel_fallback", channel=WARNED,
@@ -312,7 +319,8 @@ _KERNEL_FALLBACKS = (
             r"from (?P<min_macos>macOS 13\.0)\. " + FALLING_BACK, FALLBACK, "kernel_fallback", channel=WARNED,
             sources=[_src(OPS + "Unique.mm", "v2.0.0", "v2.3.0")]),
     _family("randperm_native_from_macos_13", "randperm falls back below macOS 13",
-            r"MPS: (?P<op>randperm) op is supported natively starting from (?P<min_macos>macOS 13\.0)\. " + FALLING_BACK,
+            r"MPS: (?P<op>randperm) op is supported natively starting from (?P<min_macos>macOS 13\.0)\. "
+            + FALLING_BACK,
             FALLBACK, "kernel_fallback", channel=WARNED, sources=[_src(OPS + "RangeFactories.mm", "v2.0.0", "v2.3.0")]),
     _family("upsample_scale_from_macos_13", "upsampling with a scale factor falls back below macOS 13",
             r"MPS: passing scale factor to upsample ops is supported natively starting from "
@@ -325,7 +333,7 @@ _KERNEL_FALLBACKS = (
     _family("avg_pool_divisor_int64", "Average pooling with a divisor on int64 falls back to the CPU",
             r"MPS: passing divisor to Average Pooling op with int64 input is not supported on MPS backend\. "
             + FALLING_BACK, FALLBACK, "kernel_fallback", channel=WARNED,
-            sources=[_src(OPS + "Pooling.mm", "v2.0.0", "v2.3.0", "v2.6.0", "v2.9.0", "v2.13.0", "v2.14.1")],
+            sources=[_src(OPS + "Pooling.mm", *_since("v2.0.0"))],
             op="aten::avg_pool2d", dtype="int64"),
     _family("inverse_from_macos_13", "linalg_inv_ex falls back below macOS 13.3",
             r"torch\.(?P<op>linalg_inv_ex)(?:\.inverse)? is supported by MPS on MacOS 13\+, "
@@ -340,13 +348,15 @@ _KERNEL_FALLBACKS = (
             r"torch\.(?P<op>topk) support for k>16 by MPS on (?P<min_macos>MacOS 13)\+, please upgrade",
             FALLBACK, "kernel_fallback", channel=WARNED, sources=[_src(OPS + "Shape.mm", "v2.0.0", "v2.3.0")]),
     _family("sort_from_macos_13", "sort falls back below macOS 13",
-            r"torch\.(?P<op>sort) is supported by MPS on (?P<min_macos>MacOS 13)\+, please upgrade\. Falling back to CPU",
+            r"torch\.(?P<op>sort) is supported by MPS on (?P<min_macos>MacOS 13)\+, please upgrade\. "
+            r"Falling back to CPU",
             FALLBACK, "kernel_fallback", channel=WARNED, sources=[_src(OPS + "Sort.mm", "v2.0.0", "v2.3.0")]),
     _family("linalg_qr_size_fallback", "linalg_qr falls back to the CPU above min(m, n) = 512",
             r"(?P<op>linalg_qr): MPS implementation is currently limited to min\(m,n\) <= \d+, falling back to CPU",
             FALLBACK, "kernel_fallback", channel=WARNED, sources=[_src(OPS + "LinearAlgebra.mm", "v2.13.0")]),
     # Notices: warnings that say something about the kernel but not that work ran on the CPU.
-    _family("multilayer_lstm_cell_notice", "A multi-layer LSTM runs as LSTMCell steps before macOS 13 (not a CPU fallback)",
+    _family("multilayer_lstm_cell_notice",
+            "A multi-layer LSTM runs as LSTMCell steps before macOS 13 (not a CPU fallback)",
             r"Native multi-layer LSTM support in MPS available only on (?P<min_macos>MacOS 13) onwards\. "
             r"Falling back to LSTMCell iteration", None, None, channel=WARNED,
             sources=[_src("aten/src/ATen/native/RNN.cpp", "v2.3.0")], op="aten::lstm"),
@@ -373,14 +383,14 @@ _DTYPES_REFUSED = (
             UNSUPPORTED, "dtype", sources=[_src(MPS_FOLDER, *T_ALL)], dtype="float64"),
     _family("float64_not_supported", "float64 is not supported on MPS (short wording)",
             r"float64 is not supported on MPS", UNSUPPORTED, "dtype",
-            sources=[_src(MPS_FOLDER, "v2.0.0", "v2.3.0", "v2.6.0", "v2.9.0", "v2.13.0", "v2.14.1")], dtype="float64"),
+            sources=[_src(MPS_FOLDER, *_since("v2.0.0"))], dtype="float64"),
     _family("dtype_not_convertible", "A dtype MPS has no type for (getMPSDataType)",
             r"Trying to convert " + DTYPE_WORD + r" to the MPS backend but it does not have support for that dtype",
             UNSUPPORTED, "dtype", sources=[_src(UTILS, *T_ALL)],
             reports=["https://github.com/pytorch/pytorch/issues/78503"]),
     _family("convolution_floating_only", "Convolution takes only floating types",
             r"Convolution is supported only for Floating types", UNSUPPORTED, "dtype",
-            sources=[_src(OPS + "Convolution.mm", "v2.0.0", "v2.3.0", "v2.6.0", "v2.9.0", "v2.13.0", "v2.14.1")],
+            sources=[_src(OPS + "Convolution.mm", *_since("v2.0.0"))],
             op="aten::convolution"),
     _family("int64_input_refused", "An op refuses int64 input (torch 2.0-2.6)",
             r"MPS does not support (?P<op>[\w/]+) ops? with int64 input", UNSUPPORTED, "dtype",
@@ -392,15 +402,16 @@ _DTYPES_REFUSED = (
             r"MPS does not support (?P<op>\w+) op with scalar type: " + DTYPE_WORD, UNSUPPORTED, "dtype",
             sources=[_src(OPS + "UnaryOps.mm", "v2.3.0", "v2.6.0", "v2.9.0")]),
     _family("non_float_refused", "An op refuses non-float inputs, weights or bias (linear, addr, addbmm)",
-            r"MPS device does not support (?P<op>\w+)(?: backward)? (?:for|or baddbmm for) (?:non-float|this input type)",
+            r"MPS device does not support (?P<op>\w+)(?: backward)? (?:for|or baddbmm for) "
+            r"(?:non-float|this input type)",
             UNSUPPORTED, "dtype",
-            sources=[_src(OPS + "Linear.mm", "v1.13.0", "v2.0.0", "v2.3.0", "v2.6.0", "v2.9.0", "v2.13.0", "v2.14.1")]),
+            sources=[_src(OPS + "Linear.mm", *_since("v1.13.0"))]),
     _family("not_implemented_non_floating", "A kernel is not implemented for non-floating types",
             BARE_OP + r" not implemented for non-floating types", UNSUPPORTED, "dtype",
-            sources=[_src(MPS_FOLDER, "v2.3.0", "v2.6.0", "v2.9.0", "v2.13.0", "v2.14.1")]),
+            sources=[_src(MPS_FOLDER, *_since("v2.3.0"))]),
     _family("only_floating_implemented", "A kernel is only implemented for floating types",
             BARE_OP + r" is only implemented for floating types", UNSUPPORTED, "dtype",
-            sources=[_src(MPS_FOLDER, "v2.0.0", "v2.3.0", "v2.6.0", "v2.9.0", "v2.13.0", "v2.14.1")]),
+            sources=[_src(MPS_FOLDER, *_since("v2.0.0"))]),
     _family("complex_not_supported_for_mps", "An op refuses complex (or bool) input",
             r"(?:\b(?P<op>[a-z_]+)|[A-Z][\w ]*?) for (?P<dtype>complex|bool) is not supported for MPS",
             UNSUPPORTED, "dtype",
@@ -411,7 +422,7 @@ _DTYPES_REFUSED = (
             sources=[_src(OPS + "ScatterGather.mm", "v2.3.0", "v2.6.0", "v2.9.0")], dtype="complex"),
     _family("linear_backward_weights_dtype", "linear backward refuses the weights' dtype",
             r"mps_linear_backward: unsupported weights data type: " + DTYPE_WORD, UNSUPPORTED, "dtype",
-            sources=[_src(OPS + "Linear.mm", "v2.0.0", "v2.3.0", "v2.6.0", "v2.9.0", "v2.13.0", "v2.14.1")],
+            sources=[_src(OPS + "Linear.mm", *_since("v2.0.0"))],
             op="aten::linear_backward"),
     _family("index_reduce_dtype", "index_reduce refuses a dtype",
             r"(?P<op>index_reduce) for MPS does not support (?P<dtype>torch\.\w+) dtype", UNSUPPORTED, "dtype",
@@ -421,7 +432,7 @@ _DTYPES_REFUSED = (
             UNSUPPORTED, "dtype", sources=[_src(OPS + "Attention.mm", "v2.13.0", "v2.14.1")]),
     _family("convtranspose3d_half", "3-D transposed convolution refuses bfloat16 and float16",
             r"ConvTranspose 3D with BF16 or FP16 types is not supported on MPS", UNSUPPORTED, "dtype",
-            sources=[_src(OPS + "Convolution.mm", "v2.9.0", "v2.13.0", "v2.14.1")], op="aten::convolution"),
+            sources=[_src(OPS + "Convolution.mm", *_since("v2.9.0"))], op="aten::convolution"),
     _family("long_batch_norm", "batch norm refuses int64",
             r"Long batch norm is not supported with MPS", UNSUPPORTED, "dtype",
             sources=[_src(OPS + "Normalization.mm", "v2.13.0")], op="aten::native_batch_norm", dtype="int64"),
@@ -430,37 +441,37 @@ _DTYPES_REFUSED = (
             sources=[_src(OPS + "HistogramKernel.mm", "v2.13.0", "v2.14.1")]),
     _family("lu_factor_complex", "lu_factor refuses complex (and non-float) types",
             r"linalg\.(?P<op>lu_factor)\(\): MPS (?:doesn't support complex types|only supports floats)",
-            UNSUPPORTED, "dtype", sources=[_src(OPS + "LinearAlgebra.mm", "v2.6.0", "v2.9.0", "v2.13.0", "v2.14.1")],
+            UNSUPPORTED, "dtype", sources=[_src(OPS + "LinearAlgebra.mm", *_since("v2.6.0"))],
             op="aten::linalg_{op}"),
 )
 
 _SIZE_LIMITS = (
     _family("rank_over_16", "Tensors of more than 16 dimensions",
             r"MPS supports tensors with dimensions <= 16, but got \d+", UNSUPPORTED, "size_limit",
-            sources=[_src(EMPTY, "v2.3.0", "v2.6.0", "v2.9.0", "v2.13.0", "v2.14.1")]),
+            sources=[_src(EMPTY, *_since("v2.3.0"))]),
     _family("output_channels_65536", "Convolution with more than 65536 output channels",
             r"Output channels > 65536 not supported at the MPS device", UNSUPPORTED, "size_limit",
-            sources=[_src(OPS + "Convolution.mm", "v2.6.0", "v2.9.0", "v2.13.0", "v2.14.1")], op="aten::convolution"),
+            sources=[_src(OPS + "Convolution.mm", *_since("v2.6.0"))], op="aten::convolution"),
     _family("matmul_output_2_32", "matmul output over 2**32 elements",
             r"Output dim sizes larger than 2\*\*32 elements for matmul not supported on MPS device",
             UNSUPPORTED, "size_limit",
-            sources=[_src(OPS + "LinearAlgebra.mm", "v2.6.0", "v2.9.0", "v2.13.0", "v2.14.1")], op="aten::mm"),
+            sources=[_src(OPS + "LinearAlgebra.mm", *_since("v2.6.0"))], op="aten::mm"),
     _family("masked_fill_2_32", "masked_fill over 2**32 elements",
             r"(?P<op>masked_fill) not supported for tensors of more than 2\*\*32 elements", UNSUPPORTED, "size_limit",
-            sources=[_src(OPS + "Indexing.mm", "v2.9.0", "v2.13.0", "v2.14.1")]),
+            sources=[_src(OPS + "Indexing.mm", *_since("v2.9.0"))]),
     _family("mpsgraph_int_max_dims", "A dimension larger than INT_MAX for MPSGraph",
             r"MPSGa?r?a?ph does not support tensor dims larger than INT_MAX", UNSUPPORTED, "size_limit",
-            sources=[_src(UTILS, "v2.9.0", "v2.13.0", "v2.14.1")]),
+            sources=[_src(UTILS, *_since("v2.9.0"))]),
     _family("nonzero_int_max", "nonzero over INT_MAX elements",
             r"(?P<op>nonzero) is not supported for tensors? with more than (?:INT_MAX|\d+) elements", UNSUPPORTED,
             "size_limit", sources=[_src(OPS + "Indexing.mm", "v2.0.0", "v2.3.0", "v2.6.0", "v2.9.0", "v2.13.0")]),
     _family("indexing_16_indices", "More than 16 index tensors in one indexing kernel",
             r"Current limit allows up to 16 indices to be used in MPS indexing kernels", UNSUPPORTED, "size_limit",
-            sources=[_src(OPS + "Indexing.mm", "v1.13.0", "v2.0.0", "v2.3.0", "v2.6.0", "v2.9.0", "v2.13.0", "v2.14.1")],
+            sources=[_src(OPS + "Indexing.mm", *_since("v1.13.0"))],
             op="aten::index"),
     _family("unfold_backward_16_dims", "unfold backward above 16 dimensions",
             r"(?P<op>unfold_backward)_mps :Only up to 16-dim tensors supported", UNSUPPORTED, "size_limit",
-            sources=[_src(MPS_FOLDER, "v2.6.0", "v2.9.0", "v2.13.0", "v2.14.1")]),
+            sources=[_src(MPS_FOLDER, *_since("v2.6.0"))]),
     _family("invalid_buffer_size", "A single buffer larger than the device allows",
             r"Invalid buffer size: [\d.]+ [KMGT]?i?B", UNSUPPORTED, "size_limit",
             sources=[_src("aten/src/ATen/mps/MPSAllocator.mm", *T_ALL)]),
@@ -469,22 +480,23 @@ _SIZE_LIMITS = (
 _ARGUMENTS = (
     _family("adaptive_pool_divisible", "Adaptive pooling with sizes that do not divide (torch 2.0 on)",
             r"Adaptive pool MPS: (?:input|output) sizes must be divisible by (?:output|input) sizes", UNSUPPORTED,
-            "argument", sources=[_src(OPS + "AdaptivePooling.mm", "v2.0.0", "v2.3.0", "v2.6.0", "v2.9.0", "v2.13.0", "v2.14.1")],
+            "argument", sources=[_src(OPS + "AdaptivePooling.mm", *_since("v2.0.0"))],
             op="aten::adaptive_avg_pool2d"),
     _family("adaptive_pool_multiples", "Adaptive pooling to a larger output that is not a multiple (torch 1.13)",
             r"Adaptive pool MPS: If output is larger than input, output sizes must be multiples of input sizes",
-            UNSUPPORTED, "argument", sources=[_src(OPS + "AdaptivePooling.mm", "v1.13.0")], op="aten::adaptive_avg_pool2d"),
+            UNSUPPORTED, "argument", sources=[_src(OPS + "AdaptivePooling.mm", "v1.13.0")],
+            op="aten::adaptive_avg_pool2d"),
     _family("adaptive_pool_mixed_sizes", "Adaptive pooling growing one side and shrinking the other",
             r"Adaptive pool MPS: Input height and width must both be greath?er than,? or equal to, or lesser than,? "
             r"output height and width", UNSUPPORTED, "argument",
-            sources=[_src(OPS + "AdaptivePooling.mm", "v1.13.0", "v2.0.0", "v2.3.0", "v2.6.0", "v2.9.0", "v2.13.0", "v2.14.1")],
+            sources=[_src(OPS + "AdaptivePooling.mm", *_since("v1.13.0"))],
             op="aten::adaptive_avg_pool2d"),
     _family("grid_sampler_border_padding", "grid_sampler with border padding",
             r"MPS: Unsupported Border padding mode", UNSUPPORTED, "argument",
             sources=[_src(OPS + "GridSampler.mm", "v2.3.0", "v2.6.0", "v2.9.0")], op="aten::grid_sampler_2d"),
     _family("bicubic_interpolation", "Bicubic interpolation (grid_sampler)",
             r"(?:MPS|" + BARE_OP + r"): Unsupported Bicubic interpolation", UNSUPPORTED, "argument",
-            sources=[_src(OPS + "GridSampler.mm", "v2.3.0", "v2.6.0", "v2.9.0", "v2.13.0", "v2.14.1")],
+            sources=[_src(OPS + "GridSampler.mm", *_since("v2.3.0"))],
             op="aten::{op}"),
     _family("grid_sampler_3d_backward_modes", "grid_sampler_3d backward with another interpolation",
             r"(?P<op>grid_sampler_3d) backward on MPS only supports bilinear and nearest interpolation", UNSUPPORTED,
@@ -498,10 +510,10 @@ _ARGUMENTS = (
             sources=[_src(OPS + "Attention.mm", "v2.13.0", "v2.14.1")]),
     _family("lu_factor_no_pivot", "lu_factor without pivoting",
             r"linalg\.(?P<op>lu_factor)\(\): MPS doesn't allow pivot == False", UNSUPPORTED, "argument",
-            sources=[_src(OPS + "LinearAlgebra.mm", "v2.6.0", "v2.9.0", "v2.13.0", "v2.14.1")], op="aten::linalg_{op}"),
+            sources=[_src(OPS + "LinearAlgebra.mm", *_since("v2.6.0"))], op="aten::linalg_{op}"),
     _family("lstm_projections", "LSTM with projections",
             r"LSTM with projections is not currently supported with MPS", UNSUPPORTED, "argument",
-            sources=[_src(OPS + "RnnOps.mm", "v2.0.0", "v2.3.0", "v2.6.0", "v2.9.0", "v2.13.0", "v2.14.1")], op="aten::lstm"),
+            sources=[_src(OPS + "RnnOps.mm", *_since("v2.0.0"))], op="aten::lstm"),
     _family("topk_k_over_16", "topk with k > 16 (torch 1.13)",
             r"Currently (?P<op>topk) on mps works only for k<=16", UNSUPPORTED, "argument",
             sources=[_src(OPS + "Shape.mm", "v1.13.0")]),
@@ -517,17 +529,17 @@ _MEMORY_AND_DEVICES = (
                           "v2.13.0", "v2.14.1")]),
     _family("mps_alloc_failed", "Allocating memory on the MPS device failed",
             r"Failed to allocate memory on MPS device", ERROR, "out_of_memory",
-            sources=[_src("aten/src/ATen/mps", "v2.9.0", "v2.13.0", "v2.14.1")]),
+            sources=[_src("aten/src/ATen/mps", *_since("v2.9.0"))]),
     _family("placeholder_storage", "An MPS kernel was handed a tensor that is not on MPS",
             r"Placeholder storage has not been allocated on MPS device", ERROR, "device_placement",
             sources=[_src(UTILS, *T_ALL)]),
     _family("passed_cpu_tensor", "A CPU tensor passed to an MPS op",
             r"Passed CPU tensor to MPS op", ERROR, "device_placement",
-            sources=[_src(UTILS, "v2.6.0", "v2.9.0", "v2.13.0", "v2.14.1")]),
+            sources=[_src(UTILS, *_since("v2.6.0"))]),
     _family("slow_conv2d_devices", "slow_conv2d with input and weight on different devices",
             r"(?P<op>slow_conv2d_forward)_mps: input\(device='[^']*'\) and weight\(device=[^)]*\)\s+must be on the "
             r"same device", ERROR, "device_placement",
-            sources=[_src(FALLBACK_MM, "v1.13.0", "v2.0.0", "v2.3.0", "v2.6.0", "v2.9.0", "v2.13.0", "v2.14.1")],
+            sources=[_src(FALLBACK_MM, *_since("v1.13.0"))],
             op="aten::_{op}"),
 )
 
@@ -576,7 +588,8 @@ _CRASHES = (
             reports=["https://github.com/pytorch/pytorch/issues/143859",
                      "https://github.com/xinntao/ESRGAN/issues/134"]),
     _family("ndarray_dims_over_2_31", "MPS refused an NDArray whose dimensions multiply past 2**31",
-            r"failed assertion `\[MPS\w*NDArray initWithDevice:descriptor:\] Error: product of dimension sizes > 2\*\*31'",
+            r"failed assertion `\[MPS\w*NDArray initWithDevice:descriptor:\] Error: "
+            r"product of dimension sizes > 2\*\*31'",
             CRASH, "size_limit", channel=PRINTED, reports=["https://github.com/liuliu/swift-diffusion/issues/41"]),
     _family("mps_failed_assertion", "An MPS or Metal failed assertion (a bug in a kernel or in MPS)",
             r"failed assertion `(?P<assertion>[^\n]*)", CRASH, "signal", channel=PRINTED,
