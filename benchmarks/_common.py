@@ -109,7 +109,7 @@ def run_sweep(device="cpu", ops=(), dtypes=(), samples=3, timing=True, workers=1
     `pairs_filter(pair) -> bool` narrows the planned pairs (the peer comparison
     uses it to run exactly the (op, dtype) pairs another tool runs).
     """
-    from mpsprobe.sweep import Sweep, SweepOptions
+    from mpsprobe.engine.sweep import Sweep, SweepOptions
     own_dir = None
     if db_path is None:
         own_dir = tempfile.mkdtemp(prefix="mpsprobe-bench-")

@@ -14,7 +14,7 @@ import uuid
 
 from mpsprobe.db import schema
 from mpsprobe.db.merge import merge
-from mpsprobe.db.status import STATUSES
+from mpsprobe.vocabulary import STATUSES
 
 DTYPES = ("float16", "float32", "bfloat16", "int64")
 

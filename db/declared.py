@@ -17,7 +17,7 @@ one transaction, so a table never holds half of two readings.
 import datetime
 import json
 
-from mpsprobe.environment import version_key
+from mpsprobe.engine.environment import version_key
 
 
 def create(db):

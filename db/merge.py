@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import sqlite_utils
 
-from . import history, schema
+from . import schema, views as history
 
 SKIPPED_TABLES = ("mpsprobe_meta",)
 _STATE_RANK = {"running": 0, "interrupted": 1, "complete": 2}

@@ -143,12 +143,12 @@ FROM results GROUP BY run_id""")
 
 
 def _migrate_2(db):
-    from . import history
+    from . import views as history
     history.migrate_2(db)
 
 
 def _migrate_3(db):
-    from . import search
+    from .migrations import m003_search as search
     search.migrate_3(db)
 
 

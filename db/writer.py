@@ -3,7 +3,7 @@ import datetime
 import json
 import uuid
 
-from .status import STATUSES
+from mpsprobe.vocabulary import STATUSES
 
 RESULT_FIELDS = (
     "status", "check_kind", "reason", "error_type", "message", "aten_op",

@@ -1,4 +1,4 @@
-"""The one vocabulary of mpsprobe: statuses, reason kinds, passes, check kinds.
+"""The one vocabulary of mpsprobe: statuses, reason kinds, passes, check kinds, answers.
 
 Every other module (engine, store, CLI, check report, site) takes its words from
 here; a test fails if a status word is spelt as a literal anywhere else. A
@@ -24,7 +24,7 @@ _STATUSES = (
            "No ground truth for this sample: the reference itself failed, or the sample has no unique answer."),
     Status("pass", "✓", "#bbf7d0", "native and correct",
            "Ran natively on the target and matched the CPU within the tolerance policy."),
-    Status("fallback", "↩", "#fde68a", "falls back to the CPU",
+    Status("fallback", "⚠", "#fde68a", "falls back to the CPU",
            "Ran, but some of the work ran on the CPU (the generic MPS fallback or a kernel's own)."),
     Status("mismatch", "≠", "#fecaca", "wrong numbers",
            "Ran natively, but values, distribution, NaN pattern, shape, dtype or device differ beyond tolerance."),
@@ -119,3 +119,44 @@ FORWARD, BACKWARD, INPLACE, OUT = PASSES
 
 # How far an output could be checked.
 CHECK_KINDS = ("values", "distribution", "shape", "none")
+
+
+# -- what `check` answers per aten op of a model -------------------------------
+# An answer is a status where the database places one on the op, or one of
+# three words of its own: never probed, ran but values unchecked, correct.
+
+@dataclass(frozen=True)
+class Answer:
+    name: str
+    symbol: str
+    label: str       # after a count: "2 fall back to CPU"
+
+
+UNKNOWN, UNCHECKED, OK = "unknown", "unchecked", "ok"
+
+# Most severe first: the report's summary line keeps this order.
+_ANSWERS = (
+    Answer(UNSUPPORTED, STATUS[UNSUPPORTED].symbol, STATUS[UNSUPPORTED].label),
+    Answer(MISMATCH, STATUS[MISMATCH].symbol, STATUS[MISMATCH].label),
+    Answer(FALLBACK, STATUS[FALLBACK].symbol, "fall back to CPU"),
+    Answer(UNKNOWN, "?", "never probed"),
+    Answer(UNCHECKED, "~", "native, values unchecked"),
+    Answer(OK, STATUS[PASS].symbol, STATUS[PASS].label),
+)
+ANSWER = {a.name: a for a in _ANSWERS}
+ANSWERS = tuple(a.name for a in _ANSWERS)
+
+# `check --fail-on LEVEL`: the answers that make it exit 1.
+FAIL_ON = {
+    UNKNOWN: (UNSUPPORTED, MISMATCH, FALLBACK, UNKNOWN),
+    FALLBACK: (UNSUPPORTED, MISMATCH, FALLBACK),
+    MISMATCH: (UNSUPPORTED, MISMATCH),
+    UNSUPPORTED: (UNSUPPORTED,),
+    "never": (),
+}
+
+# Statuses a case can end in that say the target broke, not that it judged
+# wrongly: the op is as good as unsupported for a user.
+BROKEN = (UNSUPPORTED, ERROR, TIMEOUT, CRASH)
+# Statuses where the target did not give a correct native answer.
+FAILED = (MISMATCH,) + BROKEN

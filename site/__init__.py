@@ -28,7 +28,7 @@ def database_name(db_path):
 
 def site_metadata(db_path):
     """metadata.json for the database at `db_path`, with the plugin's configuration."""
-    from mpsprobe.db.status import STATUSES, WORKING
+    from mpsprobe.vocabulary import STATUSES, WORKING
 
     with open(SITE_DIR / "metadata.json") as f:
         metadata = json.load(f)

@@ -24,8 +24,8 @@ import warnings
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from mpsprobe.capture import aten_name
-from mpsprobe.devices import Target
+from mpsprobe.engine.aten import aten_name
+from mpsprobe.engine.devices import Target
 
 FALLBACK_WARNING = (
     "The operator '{op}' is not currently supported on the MPS backend and will fall back "

@@ -32,8 +32,8 @@ import time
 
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from mpsprobe.capture import aten_name
-from mpsprobe.devices import Target
+from mpsprobe.engine.aten import aten_name
+from mpsprobe.engine.devices import Target
 
 ADDRESS_SPACE_HEADROOM = 256 << 20
 CHUNK = 16 << 20

@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from mpsprobe import check, models
+from mpsprobe.modelcheck import load as models, report as check
 from mpsprobe.cli import cli
-from mpsprobe.db import lookup, schema
+from mpsprobe.db import schema
+from mpsprobe.db.query import blame as lookup
 
 TESTS = Path(__file__).parent
 MODELS = TESTS / "models"

@@ -1,5 +1,5 @@
 """Reading MPS's own words: the texts of aten/src/ATen/mps/MPSFallback.mm."""
-from mpsprobe.classify import classify_error, fallback_ops
+from mpsprobe.engine.classify import classify_error, fallback_ops
 
 WARNING = ("The operator 'aten::{}' is not currently supported on the MPS backend and will "
            "fall back to run on the CPU. This may have performance implications.")

@@ -3,7 +3,7 @@ import math
 
 import torch
 
-from mpsprobe.compare import FACTOR, compare, floors
+from mpsprobe.engine.verdict import FACTOR, compare, floors
 
 
 def truth_and_cpu(values, dtype):

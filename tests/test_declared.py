@@ -15,7 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from mpsprobe.cli import cli
-from mpsprobe.ops import common_mps, declared, native_functions, wheel
+from mpsprobe.ops.declared import common_mps, native_functions, predict as declared, wheel
 from mpsprobe.ops.opinfo import dtype_name, load_op_db, op_key, reference_dtypes
 
 

@@ -8,7 +8,8 @@ import types
 import pytest
 import torch
 
-from mpsprobe import environment, envs
+from mpsprobe import envs
+from mpsprobe.engine import environment
 from mpsprobe.envs import EnvError, parse_spec
 
 from conftest import FAKE_MPS, rows, run_cli, summary

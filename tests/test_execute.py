@@ -2,8 +2,8 @@
 import torch
 from torch.testing._internal.opinfo.core import SampleInput
 
-from mpsprobe.devices import Target
-from mpsprobe.execute import run_case
+from mpsprobe.engine.devices import Target
+from mpsprobe.engine.execute import run_case
 
 
 def test_cpu_only_arguments_are_retried_on_the_cpu():

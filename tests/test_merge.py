@@ -6,7 +6,7 @@ import sqlite3
 import pytest
 
 from mpsprobe.db import merge as merge_module, schema
-from mpsprobe.environment import version_key
+from mpsprobe.engine.environment import version_key
 
 from conftest import rows, run_cli
 from test_migrations import HISTORY, _v1_db

@@ -4,8 +4,8 @@ import sqlite3
 
 import pytest
 
-from mpsprobe.db import history, schema
-from mpsprobe.environment import version_key
+from mpsprobe.db import schema, views as history
+from mpsprobe.engine.environment import version_key
 
 from conftest import rows, run_cli
 

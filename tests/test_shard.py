@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from mpsprobe.sweep import SweepError, in_shard, parse_shard
+from mpsprobe.engine.sweep import SweepError, in_shard, parse_shard
 
 from conftest import FAKE_MPS, rows, run_cli
 
@@ -40,7 +40,7 @@ def test_shards_partition_the_pairs(n):
 
 def test_shards_do_not_depend_on_the_process():
     """Machines must agree on the split: no hash randomisation, no set ordering."""
-    code = ("import json, sys; from mpsprobe.sweep import in_shard\n"
+    code = ("import json, sys; from mpsprobe.engine.sweep import in_shard\n"
             f"pairs = {PAIRS!r}\n"
             "print(json.dumps([[i for i in (1, 2, 3) if in_shard(p, (i, 3))] for p in pairs]))")
     outputs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

@@ -18,8 +18,8 @@ import urllib.parse
 import pytest
 
 from conftest import FAKE_MPS, rows, run_cli
-from mpsprobe.db.status import STATUSES, WORKING
-from mpsprobe.environment import version_key
+from mpsprobe.vocabulary import STATUSES, WORKING
+from mpsprobe.engine.environment import version_key
 from mpsprobe.site import database_name, make_datasette
 
 OLD_TORCH, OLD_OS = "2.4.0", "14.2"

@@ -1,1 +1,1 @@
-"""The engine: plan cases, run them in isolated workers, judge them."""
+"""The engine: plan cases, run them in isolated workers, judge and time them."""

@@ -84,8 +84,8 @@ async def check_ops_page(datasette, request):
                "runs": [], "run": None, "report": None, "error": None,
                "op_base": datasette.urls.path("/-/op/")}
     try:
-        from mpsprobe import check
-        from mpsprobe.db import lookup
+        from mpsprobe.modelcheck import report as check
+        from mpsprobe.db.query import blame as lookup
     except ImportError:
         context["error"] = "This page needs mpsprobe installed next to Datasette (pip install mpsprobe)."
         check = None

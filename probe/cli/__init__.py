@@ -1,6 +1,6 @@
 """The `mpsprobe` command line: a thin layer over the Python API.
 
-Each subcommand lives in its own module under mpsprobe.commands and is only
+Each subcommand lives in its own module under mpsprobe.cli and is only
 imported when used, so `mpsprobe --help` stays fast and no command pays for
 another's imports (torch, Datasette).
 """
@@ -11,15 +11,15 @@ import click
 import mpsprobe
 
 COMMANDS = {
-    "run": "mpsprobe.commands.run:run",
-    "envs": "mpsprobe.commands.envs:envs",
-    "merge": "mpsprobe.commands.merge:merge",
-    "migrate": "mpsprobe.commands.merge:migrate",
-    "serve": "mpsprobe.commands.serve:serve",
-    "publish": "mpsprobe.commands.serve:publish",
-    "check": "mpsprobe.commands.check:check",
-    "declared": "mpsprobe.commands.declared:declared",
-    "findings": "mpsprobe.commands.declared:findings",
+    "run": "mpsprobe.cli.run:run",
+    "envs": "mpsprobe.cli.envs:envs",
+    "merge": "mpsprobe.cli.merge:merge",
+    "migrate": "mpsprobe.cli.merge:migrate",
+    "serve": "mpsprobe.cli.serve:serve",
+    "publish": "mpsprobe.cli.serve:publish",
+    "check": "mpsprobe.cli.check:check",
+    "declared": "mpsprobe.cli.declared:declared",
+    "findings": "mpsprobe.cli.declared:findings",
 }
 
 

@@ -1,6 +1,8 @@
 """Reading what a target says: fallback warnings and refusals, into statuses."""
 import re
 
+from mpsprobe.vocabulary import ERROR, UNSUPPORTED
+
 # The exact texts of aten/src/ATen/mps/MPSFallback.mm.
 MPS_FALLBACK_WARNING = re.compile(
     r"The operator '(aten::[\w.]+)' is not currently supported on the MPS backend "
@@ -41,15 +43,15 @@ def classify_error(exc):
                             (NO_KERNEL, "no kernel for this device")):
         m = pattern.search(text)
         if m:
-            return "unsupported", m.group(1), reason
+            return UNSUPPORTED, m.group(1), reason
     m = DTYPE_NOT_IMPLEMENTED.search(text)
     if m:
-        return "unsupported", None, f"kernel {m.group(1)} not implemented for {m.group(2)}"
+        return UNSUPPORTED, None, f"kernel {m.group(1)} not implemented for {m.group(2)}"
     if DTYPE_REFUSED.search(text):
-        return "unsupported", None, "refused by the device"
+        return UNSUPPORTED, None, "refused by the device"
     if isinstance(exc, NotImplementedError):
-        return "unsupported", None, "NotImplementedError"
-    return "error", None, f"{type(exc).__name__} on the target only"
+        return UNSUPPORTED, None, "NotImplementedError"
+    return ERROR, None, f"{type(exc).__name__} on the target only"
 
 
 def first_line(text, limit=500):

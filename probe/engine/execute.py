@@ -3,9 +3,10 @@ import time
 import warnings
 
 from mpsprobe.ops import samples as sample_tools
+from mpsprobe.vocabulary import FALLBACK, MISMATCH, PASS, SKIP
 from . import classify
-from .capture import AtenCapture
-from .compare import compare
+from .aten import AtenCapture
+from .verdict import compare
 from .timing import median_ms
 
 
@@ -46,7 +47,7 @@ def run_case(op, dtype, sample, target, nondeterministic=False, timing=True, unc
         with capture:
             cpu_out = _call(op, cpu_args)
     except Exception as e:
-        return _result("skip", "the CPU reference raised: no ground truth",
+        return _result(SKIP, "the CPU reference raised: no ground truth",
                        error_type=type(e).__name__, message=classify.first_line(e),
                        check_kind="none", duration_s=time.perf_counter() - started)
     fields["aten_ops"] = capture.ops
@@ -80,15 +81,15 @@ def run_case(op, dtype, sample, target, nondeterministic=False, timing=True, unc
                   tol_factor=verdict.factor if verdict.atol is not None else None,
                   nonfinite_mismatch=int(verdict.nonfinite_mismatch))
     if not verdict.ok:
-        status, reason = "mismatch", verdict.reason
+        status, reason = MISMATCH, verdict.reason
     elif fallen_back:
-        status, reason = "fallback", f"fell back to the CPU: {', '.join(fallen_back)}"
+        status, reason = FALLBACK, f"fell back to the CPU: {', '.join(fallen_back)}"
     elif nondeterministic:
-        status, reason = "skip", "nondeterministic op: checked shape, dtype and device only"
+        status, reason = SKIP, "nondeterministic op: checked shape, dtype and device only"
     elif verdict.check_kind == "shape":
-        status, reason = "skip", "outputs not unique (ties, signs): checked shape, dtype and device only"
+        status, reason = SKIP, "outputs not unique (ties, signs): checked shape, dtype and device only"
     else:
-        status, reason = "pass", "matches the CPU within tolerance"
+        status, reason = PASS, "matches the CPU within tolerance"
 
     if timing:
         fields.update(_time(op, cpu_args, target_args, target))

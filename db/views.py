@@ -15,9 +15,9 @@ Torch versions are compared by `runs.torch_version_key` (zero-padded text,
 "0002.0010.0000.9" > "0002.0009.0001.9"), never as strings, and the views use
 plain SQL only, so they work in Datasette as in mpsprobe.
 """
-from mpsprobe.environment import version_key
+from mpsprobe.engine.environment import version_key
 
-from .status import STATUSES
+from mpsprobe.vocabulary import STATUSES
 
 # Facts added to `runs` by migration 2 (describe() fills them for new runs).
 NEW_RUN_COLUMNS = ("torch_version_key", "hw_model", "cuda_version", "gpu_driver")

@@ -14,6 +14,7 @@ import subprocess
 import tempfile
 import time
 
+from mpsprobe.vocabulary import CRASH, ERROR, TIMEOUT
 from .launch import worker_command
 
 STARTUP_BUDGET_S = 180.0  # importing torch and the OpInfo database, on a slow machine
@@ -69,7 +70,7 @@ class _Worker:
 
 def _next_index(pair):
     """The index for a result charged to a pair outside any announced case."""
-    return max(pair["skip"]) + 1 if pair["skip"] else 0
+    return max(pair["done"]) + 1 if pair["done"] else 0
 
 
 def _death(returncode):
@@ -154,8 +155,8 @@ class Pool:
 
     # -- the sweep ------------------------------------------------------------
     def run(self, pairs, on_case, on_pair, should_stop=lambda: False):
-        """Run every pair ({"op", "dtype", "skip": [...]}) to completion."""
-        queue = collections.deque(dict(p, skip=list(p.get("skip", ())), attempts=0) for p in pairs)
+        """Run every pair ({"op", "dtype", "done": [indices recorded]}) to completion."""
+        queue = collections.deque(dict(p, done=list(p.get("done", ())), attempts=0) for p in pairs)
         while queue or any(w.task for w in self.workers):
             if should_stop():
                 return
@@ -181,7 +182,7 @@ class Pool:
         worker.task = pair
         worker.index = worker.sample = None
         worker.deadline = time.monotonic() + max(self.timeout, STARTUP_BUDGET_S)
-        worker.send({"cmd": "pair", "op": pair["op"], "dtype": pair["dtype"], "skip": pair["skip"]})
+        worker.send({"cmd": "pair", "op": pair["op"], "dtype": pair["dtype"], "done": pair["done"]})
 
     def _handle(self, worker, message, on_case, on_pair):
         kind = message.pop("type")
@@ -191,7 +192,7 @@ class Pool:
             worker.index, worker.sample = message["index"], message["sample"]
         elif kind == "result":
             index = message.pop("index")
-            pair["skip"].append(index)
+            pair["done"].append(index)
             on_case(pair, index, worker.sample, message)
             worker.index = worker.sample = None
         elif kind == "pair_done":
@@ -200,7 +201,7 @@ class Pool:
         elif kind == "fatal":  # the worker could not run this pair at all
             index = _next_index(pair)
             on_case(pair, index, "(not run)", {
-                "status": "error", "check_kind": "none",
+                "status": ERROR, "check_kind": "none",
                 "reason": "mpsprobe could not run this pair",
                 "error_type": message.get("error_type"), "message": message["message"]})
             on_pair(pair, index + 1)
@@ -223,12 +224,12 @@ class Pool:
                 return
             index, sample = _next_index(pair), "(between cases)"
         if timed_out:
-            result = {"status": "timeout", "check_kind": "none",
+            result = {"status": TIMEOUT, "check_kind": "none",
                       "reason": f"no result within {self.timeout:g} s; worker killed"}
         else:
-            result = {"status": "crash", "check_kind": "none", "signal": signum,
+            result = {"status": CRASH, "check_kind": "none", "signal": signum,
                       "reason": text, "message": tail or None}
-        pair["skip"].append(index)
+        pair["done"].append(index)
         on_case(pair, index, sample, result)
         if between_cases:  # it died twice outside any case: the pair ends here
             on_pair(pair, index + 1)

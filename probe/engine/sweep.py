@@ -186,7 +186,7 @@ class Sweep:
         for pair in self.pairs:
             key = (pair["op"], pair["dtype"])
             if key not in done_pairs:
-                todo.append(dict(pair, skip=done_cases.get(key, [])))
+                todo.append(dict(pair, done=done_cases.get(key, [])))
         return todo
 
     def run(self, todo, on_case=None, on_pair=None, should_stop=lambda: False):

@@ -5,7 +5,7 @@ from collections import Counter
 import click
 
 from mpsprobe.cli import UserError
-from mpsprobe.db.status import STATUSES
+from mpsprobe.vocabulary import STATUSES
 
 
 def _open(db_path, readonly=False):
@@ -56,7 +56,7 @@ def declared(db_path, wheels, installed, common_mps_file, torch_version, opinfo_
         mpsprobe declared --db cuda.db --opinfo-cuda
     """
     from mpsprobe.db import declared as declared_db
-    from mpsprobe.ops import declared as decl, wheel
+    from mpsprobe.ops.declared import predict as decl, wheel
     from mpsprobe.ops.opinfo import CatalogueError, load_op_db
 
     if common_mps_file and not torch_version:
@@ -129,7 +129,7 @@ def declared(db_path, wheels, installed, common_mps_file, torch_version, opinfo_
 
 
 def _print_findings(report, limit):
-    from mpsprobe.findings import KINDS
+    from mpsprobe.db.query.findings import KINDS
     run, dec = report["run"], report["declared"]
     click.echo(f"run {run['id'][:12]} ({run['device']}, torch {run['torch_version']}) vs "
                f"declared {dec['device']} for torch {dec['torch_version']} ({dec['pairs']} pairs)")
@@ -181,7 +181,7 @@ def findings(db_path, run_id, against, limit, as_json):
         mpsprobe findings --db mps.db
         mpsprobe findings --db cuda.db --run 3f2a --json
     """
-    from mpsprobe.findings import FindingsError, compare
+    from mpsprobe.db.query.findings import FindingsError, compare
     db = _open(db_path, readonly=True)
     try:
         report = compare(db, run_id, against)

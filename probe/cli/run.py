@@ -5,8 +5,8 @@ import sys
 import click
 
 from mpsprobe.cli import UserError
-from mpsprobe.db.status import STATUSES
-from mpsprobe.sweep import Sweep, SweepError, SweepOptions, parse_shard
+from mpsprobe.vocabulary import STATUSES
+from mpsprobe.engine.sweep import Sweep, SweepError, SweepOptions, parse_shard
 
 
 def _split(text):

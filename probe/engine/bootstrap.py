@@ -28,5 +28,5 @@ def load(paths):
 if __name__ == "__main__":
     del sys.path[0]  # this script's folder: its modules are only importable as mpsprobe.*
     load(json.loads(sys.argv[1]))
-    from mpsprobe.worker import main
+    from mpsprobe.engine.worker import main
     main(sys.argv[2])

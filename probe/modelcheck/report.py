@@ -10,7 +10,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Optional
 
-from mpsprobe.db import lookup
+from mpsprobe.db.query import blame as lookup
 
 # torch is imported only where a model is captured: the site's check page
 # answers exported op lists with this module and must not pay for torch.
@@ -103,8 +103,8 @@ def capture(loaded, train=False, optimizer="sgd", on_call=None, portable=True):
     `portable`: capture the generic paths a non-CPU target takes (portable_dispatch).
     """
     import torch
-    from . import models
-    from .capture import AtenCapture, ModuleTracker
+    from . import load as models
+    from mpsprobe.engine.aten import AtenCapture, ModuleTracker
     model = loaded.model
     tracker = ModuleTracker(model, root_name=loaded.name)
     cap = AtenCapture(where=tracker.current, on_call=on_call)

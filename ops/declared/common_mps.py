@@ -25,6 +25,10 @@ MODIFIERS = {
     "error_inputs": "mps_ops_error_inputs_modifier",
 }
 
+# The two decorators the lists apply, as `predict` reports them. "skip" here is
+# PyTorch's unittest.skip (the test does not run), not mpsprobe's status.
+XFAIL_DECORATOR, SKIP_DECORATOR = "xfail", "skip"
+
 # torch's dtype aliases, so `torch.double` reads as float64 without importing torch.
 DTYPE_ALIASES = {
     "double": "float64", "cdouble": "complex128", "half": "float16", "float": "float32",
@@ -196,9 +200,9 @@ def _decorate_info(call):
     target = call.args[0]
     target_name = _dotted(target.func if isinstance(target, ast.Call) else target) or ""
     if target_name.endswith("expectedFailure"):
-        decorator = "xfail"
+        decorator = XFAIL_DECORATOR
     elif target_name.endswith("skip") or target_name.endswith("skipIf"):
-        decorator = "skip"
+        decorator = SKIP_DECORATOR
     else:
         return None
     dtypes = next((k.value for k in call.keywords if k.arg == "dtypes"), None)

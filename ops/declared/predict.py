@@ -15,8 +15,10 @@ A declaration predicts one status per (op, dtype): `pass` (declared to work),
 (runs, numbers undefined or wrong), `error` (declared to fail otherwise),
 `skip` (the test is skipped: no prediction).
 """
+from mpsprobe.vocabulary import ERROR, MISMATCH, PASS, SKIP, UNSUPPORTED
 from . import common_mps, native_functions
-from .opinfo import dtype_name, op_key, reference_dtypes
+from .common_mps import SKIP_DECORATOR
+from mpsprobe.ops.opinfo import dtype_name, op_key, reference_dtypes
 
 # MPS has no float64: the tests never run these dtypes there.
 MPS_MISSING_DTYPES = ("float64", "complex128")
@@ -33,17 +35,17 @@ def op_id_for(key, index):
 
 
 def _status_of(decorator, source):
-    if decorator == "skip":
-        return "skip"
+    if decorator == SKIP_DECORATOR:
+        return SKIP
     if "UNIMPLEMENTED" in source or source == "every op" or source.startswith("not in "):
-        return "unsupported"
+        return UNSUPPORTED
     if "UNDEFINED" in source:
-        return "mismatch"
-    return "error"
+        return MISMATCH
+    return ERROR
 
 
 def _explain(decorator, source):
-    verb = "skipped" if decorator == "skip" else "expected to fail"
+    verb = "skipped" if decorator == SKIP_DECORATOR else "expected to fail"
     if source == "every op":
         return f"{verb} for every op in this dtype"
     if source.startswith("not in "):
@@ -68,19 +70,19 @@ def mps_rows(torch_version, expectations, opinfos, mps_dtypes=None):
             matches = predicted[dtype]
             notes = [_explain(dec, src) for dec, src in matches]
             if mps_dtypes is not None and dtype not in mps_dtypes.get(op_id, ()):
-                status, source = "unsupported", "OpInfo dtypesIfMPS"
+                status, source = UNSUPPORTED, "OpInfo dtypesIfMPS"
                 notes.insert(0, "OpInfo does not declare this dtype for MPS: the tests never run it")
-            elif any(dec == "skip" for dec, _ in matches):
-                dec, source = next(m for m in matches if m[0] == "skip")
-                status = "skip"
+            elif any(dec == SKIP_DECORATOR for dec, _ in matches):
+                dec, source = next(m for m in matches if m[0] == SKIP_DECORATOR)
+                status = SKIP
             elif matches:
                 dec, source = matches[0]
                 status = _status_of(dec, source)
             elif dtype in MPS_MISSING_DTYPES:
-                status, source = "unsupported", "no float64 on MPS"
+                status, source = UNSUPPORTED, "no float64 on MPS"
                 notes.append("MPS has no 64-bit floating point; the tests never run this dtype")
             else:
-                status = "pass"
+                status = PASS
                 source = "common_mps" if expectations else "OpInfo dtypesIfMPS"
                 notes.append("declared to work: no expected failure or skip names it")
             rows.append({"torch_version": torch_version, "device": "mps", "op_id": op_id,
@@ -111,7 +113,7 @@ def cuda_rows(torch_version, opinfos):
         for dtype in (dtype_name(d) for d in reference_dtypes(o)):
             ok = dtype in declared[op_id]
             rows.append({"torch_version": torch_version, "device": "cuda", "op_id": op_id,
-                         "dtype": dtype, "status": "pass" if ok else "unsupported",
+                         "dtype": dtype, "status": PASS if ok else UNSUPPORTED,
                          "source": "OpInfo dtypesIfCUDA",
                          "note": "OpInfo declares this dtype for CUDA" if ok else
                                  "OpInfo does not declare this dtype for CUDA"})

@@ -21,9 +21,9 @@ from torch.utils._pytree import tree_map
 import mpsprobe
 from mpsprobe.db.writer import RunWriter
 from mpsprobe.ops import opinfo
-from . import environment
-from .capture import aten_name, main_dtype
-from .execute import run_case
+from mpsprobe.engine import environment
+from mpsprobe.engine.aten import aten_name, main_dtype
+from mpsprobe.engine.execute import run_case
 
 
 @dataclass

@@ -20,7 +20,7 @@ def _open(db_path, write):
 def _load_ops(spec, input_shape, dtype, train, optimizer, portable, recorder):
     """ModelOps for MODEL: an exported op list (.json) or a model to capture."""
     import torch
-    from mpsprobe import check, models
+    from mpsprobe.modelcheck import load as models, report as check
     if spec.endswith(".json"):
         if recorder is not None:
             raise UserError("--run needs a model to replay, not an op list")
@@ -81,8 +81,8 @@ def check(model, input_shape, train, optimizer, dtype, db_path, torch_version, m
         mpsprobe check my_model.py --train --dtype float16 --torch 2.5 --macos 14 --json
         mpsprobe check my_model.py --run --device mps --db mine.db
     """
-    from mpsprobe import check as checking
-    from mpsprobe.db import lookup
+    from mpsprobe.modelcheck import report as checking
+    from mpsprobe.db.query import blame as lookup
 
     if measure and (torch_version or macos or run_id):
         raise UserError("--run measures this machine: --torch, --macos and --run-id do not apply")
@@ -90,7 +90,8 @@ def check(model, input_shape, train, optimizer, dtype, db_path, torch_version, m
     conn = db.conn
 
     if measure:
-        from mpsprobe import devices, replay
+        from mpsprobe.engine import devices
+        from mpsprobe.modelcheck import replay
         try:
             target = devices.resolve(device, backend)
         except devices.DeviceError as e:

@@ -22,7 +22,7 @@ import statistics
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
-from .status import RANK
+from mpsprobe.vocabulary import RANK
 
 BROKEN = ("unsupported", "error", "timeout", "crash")
 FAILED = ("mismatch",) + BROKEN

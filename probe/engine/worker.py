@@ -8,7 +8,7 @@ case, so it always knows which case was running.
 Requests (stdin, one JSON object a line):
   {"cmd": "describe"}                      -> {"type": "describe", "env": {...}}
   {"cmd": "plan", "ops": [...], "dtypes": [...]} -> {"type": "plan", "pairs": [...]}
-  {"cmd": "pair", "op": ..., "dtype": ..., "skip": [...]}
+  {"cmd": "pair", "op": ..., "dtype": ..., "done": [sample indices already recorded]}
       -> {"type": "begin", "index": i, "sample": "..."} and {"type": "result", "index": i, ...}
          for each sample, then {"type": "pair_done", "n_cases": n}
 Any request can instead answer {"type": "fatal", "message": "..."}.
@@ -64,21 +64,22 @@ class Worker:
         from mpsprobe.ops import opinfo, samples as sample_tools
         from .classify import first_line
         from .execute import run_case
+        from mpsprobe.vocabulary import ERROR, SKIP
         op = opinfo.find(self.opinfos, request["op"])
         dtype = opinfo.parse_dtype(request["dtype"])
-        skip = set(request.get("skip") or ())
+        done = set(request.get("done") or ())
         nondeterministic = opinfo.is_nondeterministic(request["op"])
         try:
             cases = opinfo.samples(op, dtype, self.config.get("samples", 3))
         except Exception as e:
             self.send({"type": "begin", "index": 0, "sample": "(sample generation failed)"})
-            self.send({"type": "result", "index": 0, "status": "skip", "check_kind": "none",
+            self.send({"type": "result", "index": 0, "status": SKIP, "check_kind": "none",
                        "reason": "OpInfo could not generate samples for this dtype",
                        "error_type": type(e).__name__, "message": first_line(e)})
             self.send({"type": "pair_done", "n_cases": 1})
             return
         for index, sample in enumerate(cases):
-            if index in skip:
+            if index in done:
                 continue
             self.send({"type": "begin", "index": index, "sample": sample_tools.summarize(sample)})
             try:
@@ -87,7 +88,7 @@ class Worker:
                                   timing=self.config.get("timing", True),
                                   unchecked=opinfo.ambiguous_outputs(request["op"]))
             except Exception as e:  # a fault of the probe's, reported as such
-                result = {"status": "error", "check_kind": "none",
+                result = {"status": ERROR, "check_kind": "none",
                           "reason": "mpsprobe could not judge this case",
                           "error_type": type(e).__name__, "message": str(e)[:500]}
             self.send({"type": "result", "index": index, **result})

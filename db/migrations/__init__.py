@@ -1,0 +1,1 @@
+"""The schema's numbered migrations, append-only."""

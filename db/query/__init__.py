@@ -1,0 +1,1 @@
+"""The one query layer over the store: run selection, history, findings, blame."""

@@ -1,0 +1,1 @@
+"""What upstream PyTorch declares: wheels, native_functions.yaml, common_mps.py."""

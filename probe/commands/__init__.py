@@ -1,1 +1,0 @@
-"""One module per `mpsprobe` subcommand: option parsing and output only."""
