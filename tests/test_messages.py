@@ -412,27 +412,22 @@ def test_classify_error_keeps_the_shape_of_classify():
     assert m.classify_error(NotImplementedError("boom"))[:2] == (U, None)
 
 
-def test_classify_error_agrees_with_classify_on_its_texts():
-    from mpsprobe import classify
-    texts = [EXAMPLES[2][1], "Could not run 'aten::_foo.out' with arguments from the 'CUDA' backend.",
-             '"addmm_cuda" not implemented for \'ComplexHalf\'',
-             "getCudnnDataTypeFromScalarType() not supported for Long",
-             "HalfTensor is not supported", "boom"]
-    for text in texts:
-        for exc in (RuntimeError(text), NotImplementedError(text)):
-            old, new = classify.classify_error(exc), m.classify_error(exc)
-            assert old[0] == new[0], text
-            if old[1]:
-                assert new[1] == old[1], text
+def test_the_engine_reads_target_texts_through_the_catalogue_only():
+    from mpsprobe.engine import classify
+    assert classify.classify_error is m.classify_error and classify.fallback_ops is m.fallback_ops
+    assert classify.WANTS_CPU_ARGUMENT is m.FAMILY["argument_wants_cpu"].pattern
 
 
-def test_classify_error_reads_what_classify_missed():
-    from mpsprobe import classify
-    nms = RuntimeError(EXAMPLES[1][1])  # a custom op's refusal, re-raised as a RuntimeError
-    assert classify.classify_error(nms)[:2] == (E, None)
-    assert m.classify_error(nms)[:2] == (U, "torchvision::nms")
-    gate = TypeError("MPS BFloat16 is only supported on MacOS 14 or newer")
-    assert classify.classify_error(gate)[0] == E and m.classify_error(gate)[0] == U
+def test_classify_error_keeps_the_old_verdicts_and_reads_what_they_missed():
+    kept = {"Could not run 'aten::_foo.out' with arguments from the 'CUDA' backend.": (U, "aten::_foo.out"),
+            '"addmm_cuda" not implemented for \'ComplexHalf\'': (U, None),
+            "getCudnnDataTypeFromScalarType() not supported for Long": (U, None),
+            "HalfTensor is not supported": (U, None), "boom": (E, None)}
+    for text, expected in kept.items():
+        assert m.classify_error(RuntimeError(text))[:2] == expected, text
+    # Once errors: a custom op's refusal re-raised as a RuntimeError, and a macOS gate.
+    assert m.classify_error(RuntimeError(EXAMPLES[1][1]))[:2] == (U, "torchvision::nms")
+    assert m.classify_error(TypeError("MPS BFloat16 is only supported on MacOS 14 or newer"))[0] == U
 
 
 # --- crashes ---------------------------------------------------------------------------------------
@@ -483,3 +478,15 @@ def test_the_result_meanings_name_every_refusal_and_fallback_kind():
     for kind in ("no_kernel", "dtype", "macos_version", "size_limit", "argument", "out_of_memory",
                  "device_placement", "cpu_fallback", "kernel_fallback", "bug", "signal"):
         assert f"- {kind} (" in m.WHAT_A_RESULT_MEANS
+
+
+def test_the_readme_lists_every_reason_kind_with_its_example():
+    from pathlib import Path
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    section = readme[readme.index("## What a result means"):]
+    section = section[:section.index("\n## ", 1)]
+    assert m.WHAT_A_RESULT_MEANS.strip() in section
+    for kind in ("no_kernel", "dtype", "macos_version", "size_limit", "argument", "out_of_memory",
+                 "device_placement", "cpu_fallback", "kernel_fallback", "bug", "signal", "exit", "hang",
+                 "values", "nonfinite", "metadata", "no_unique_answer", "reference_failed"):
+        assert f"- {kind}" in section or f", {kind}" in section, kind

@@ -36,7 +36,7 @@ import re
 from dataclasses import dataclass
 from typing import NamedTuple, Optional, Tuple
 
-from mpsprobe.vocabulary import CRASH, ERROR, FALLBACK, REASON_KINDS, STATUSES, UNSUPPORTED
+from mpsprobe.vocabulary import CRASH, ERROR, FALLBACK, REASON_KIND, REASON_KINDS, STATUSES, UNSUPPORTED
 
 # Where a text appears.
 RAISED = "raised"     # the text of an exception
@@ -629,6 +629,7 @@ def _check_catalogue():
         assert f.status is None or f.status in STATUSES, f.name
         assert f.reason_kind is None or f.reason_kind in REASON_KINDS, f.name
         assert (f.status is None) == (f.reason_kind is None), f.name
+        assert f.status is None or f.status in REASON_KIND[f.reason_kind].statuses, f.name
         for _, tags in f.sources:
             assert set(tags) <= set(ALL_TAGS), f.name
     assert set(READ_IN_SOURCE) <= set(names)
@@ -832,4 +833,11 @@ Reason kinds, with one real message each (as PyTorch words it on MPS):
   `[MPSNDArrayDescriptor sliceDimension:withSubrange:] error: subRange.start (6) is not less than length of
   dimension[0] (6)'" (a crash that names a cause keeps that cause's kind: "total bytes of NDArray > 2**32" is
   size_limit, an uncaught "c10::NotImplementedError: The operator 'aten::…'" is no_kernel).
+- exit (crash): the worker exited during the case (SystemExit, os._exit) without a signal.
+- hang (timeout): no result within the time budget; the worker was killed, and the device is checked (a
+  tiny synchronised op) before the next timed case, whose results say so in `notes`.
+- values, nonfinite, metadata (mismatch): the target ran natively, but "output: max abs error 0.52 (CPU's
+  own: 0), 5.2e+02× the floors, allowed 1×", a NaN/Inf pattern, or a shape, dtype or device differs.
+- no_unique_answer (skip): a random op, or outputs with ties or free signs: shape, dtype and device checked.
+- reference_failed (skip): the CPU itself raised on the sample, so there is nothing to compare with.
 """
