@@ -14,7 +14,7 @@ from . import declared
 from .status import STATUSES
 
 APP = "mpsprobe"
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 
 @contextlib.contextmanager
@@ -152,10 +152,22 @@ def _migrate_3(db):
     search.migrate_3(db)
 
 
+def _migrate_4(db):
+    """Why a result is what it is, and what a Mac run ran under: reason kind, minimum
+    macOS, a crash's stderr, notes (JSON); Rosetta and the MPS settings (JSON)."""
+    for table, columns in (("results", ("reason_kind", "min_macos", "stderr_tail", "notes")),
+                           ("runs", ("translated", "device_env"))):
+        have = set(db[table].columns_dict)
+        for name in columns:
+            if name not in have:
+                kind = "INTEGER" if name == "translated" else "TEXT"
+                db.execute(f'ALTER TABLE {table} ADD COLUMN "{name}" {kind}')
+
+
 # Ordered: MIGRATIONS[i] takes a database from version i to version i + 1.
 # A step runs inside the migration's transaction: it must not commit (no
 # `with db.conn:`); nested sqlite-utils calls use savepoints, which is fine.
-MIGRATIONS = [_migrate_1, _migrate_2, _migrate_3]
+MIGRATIONS = [_migrate_1, _migrate_2, _migrate_3, _migrate_4]
 
 
 def _schema_version(db):

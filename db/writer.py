@@ -9,7 +9,10 @@ RESULT_FIELDS = (
     "status", "check_kind", "reason", "error_type", "message", "aten_op",
     "max_abs_err", "max_rel_err", "ref_abs_err", "tol_atol", "tol_rtol", "tol_factor",
     "nonfinite_mismatch", "signal", "ref_ms", "target_ms", "speedup", "duration_s",
+    "reason_kind", "min_macos", "stderr_tail",
 )
+JSON_RESULT_FIELDS = ("notes",)
+JSON_RUN_FIELDS = ("device_env",)
 
 
 def now():
@@ -44,6 +47,8 @@ class RunWriter:
 
     @classmethod
     def start(cls, db, run_key, env, options, version, pid):
+        env = {k: json.dumps(v, sort_keys=True) if k in JSON_RUN_FIELDS and v is not None else v
+               for k, v in env.items()}
         run = dict(env, id=uuid.uuid4().hex, run_key=run_key, state="running",
                    started=now(), finished=None, mpsprobe_version=version,
                    options=json.dumps(options, sort_keys=True), pid=pid)
@@ -73,6 +78,8 @@ class RunWriter:
         op = pair["op"]
         cid = case_id(op, pair["dtype"], index)
         row = {k: result.get(k) for k in RESULT_FIELDS}
+        row.update({k: json.dumps(result[k], sort_keys=True) if result.get(k) is not None else None
+                    for k in JSON_RESULT_FIELDS})
         row.update(run_id=self.run_id, case_id=cid, op_id=op, dtype=pair["dtype"],
                    fallback_ops=json.dumps(result.get("fallback_ops") or []),
                    aten_ops=json.dumps(result["aten_ops"]) if result.get("aten_ops") is not None else None)

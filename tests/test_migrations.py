@@ -68,7 +68,8 @@ def test_v1_database_is_migrated_with_its_data(tmp_path, monkeypatch):
     result = run_cli("migrate", path)
     assert result.exit_code == 0 and f"schema version 1 -> {schema.SCHEMA_VERSION}" in result.output
     assert schema.inspect(path) == schema.SCHEMA_VERSION
-    assert rows(path, "SELECT * FROM results ORDER BY run_id, case_id") == results_before
+    after = rows(path, "SELECT * FROM results ORDER BY run_id, case_id")
+    assert [{k: r[k] for k in old} for r, old in zip(after, results_before)] == results_before
     keys = {r["id"]: r["torch_version_key"] for r in rows(path, "SELECT * FROM runs")}
     assert keys == {run_id: version_key(v[0]) for run_id, v in HISTORY.items()}
     assert f"already at schema version {schema.SCHEMA_VERSION}" in run_cli("migrate", path).output
