@@ -15,6 +15,7 @@ import tempfile
 import time
 
 from mpsprobe.vocabulary import CRASH, ERROR, TIMEOUT
+from .classify import crash_evidence
 from .launch import worker_command
 
 STARTUP_BUDGET_S = 180.0  # importing torch and the OpInfo database, on a slow machine
@@ -34,6 +35,7 @@ class _Worker:
         self.index = None      # the case in flight (after "begin", before "result")
         self.sample = None
         self.deadline = None
+        self.hangs_seen = 0    # the pool's hang count when this worker last checked the device
 
     def send(self, message):
         self.proc.stdin.write((json.dumps(message) + "\n").encode())
@@ -46,12 +48,17 @@ class _Worker:
             if line.strip():
                 yield json.loads(line)
 
-    def stderr_tail(self, limit=400):
+    def stderr_lines(self, n=20, limit=400):
+        """The last `n` non-blank lines the worker wrote to stderr, each cut at `limit`."""
         self.log.seek(0, os.SEEK_END)
         size = self.log.tell()
-        self.log.seek(max(0, size - 4096))
+        self.log.seek(max(0, size - 8192))
         lines = [x for x in self.log.read().decode(errors="replace").splitlines() if x.strip()]
-        return lines[-1][:limit] if lines else ""
+        return [x[:limit] for x in lines[-n:]]
+
+    def stderr_tail(self, limit=400):
+        lines = self.stderr_lines(1, limit)
+        return lines[-1] if lines else ""
 
     def stop(self):
         """Kill the process (if still alive) and reap it; returns its exit status."""
@@ -71,6 +78,18 @@ class _Worker:
 def _next_index(pair):
     """The index for a result charged to a pair outside any announced case."""
     return max(pair["done"]) + 1 if pair["done"] else 0
+
+
+def _evidence(lines):
+    """What a dead worker's last stderr lines name: the cause's reason kind, op and macOS."""
+    evidence = crash_evidence("\n".join(lines))
+    if evidence is None:
+        return {}
+    found = {"reason_kind": evidence["reason_kind"], "message": evidence["line"][:500]}
+    found.update({k: v for k, v in (("aten_op", evidence["op"]), ("min_macos", evidence["min_macos"])) if v})
+    if evidence["dtype"]:
+        found["notes"] = {"named_dtype": evidence["dtype"]}
+    return found
 
 
 def _death(returncode):
@@ -99,6 +118,7 @@ class Pool:
         self.env = dict(os.environ if env is None else env)
         self.selector = selectors.DefaultSelector()
         self.workers = []
+        self.hangs = 0         # hung cases killed so far: the device may still be busy with them
 
     # -- lifecycle ---------------------------------------------------------
     def _spawn(self):
@@ -182,7 +202,11 @@ class Pool:
         worker.task = pair
         worker.index = worker.sample = None
         worker.deadline = time.monotonic() + max(self.timeout, STARTUP_BUDGET_S)
-        worker.send({"cmd": "pair", "op": pair["op"], "dtype": pair["dtype"], "done": pair["done"]})
+        message = {"cmd": "pair", "op": pair["op"], "dtype": pair["dtype"], "done": pair["done"]}
+        if worker.hangs_seen < self.hangs:  # a hung case was killed since: is the device answering?
+            message["health_check"] = True
+            worker.hangs_seen = self.hangs
+        worker.send(message)
 
     def _handle(self, worker, message, on_case, on_pair):
         kind = message.pop("type")
@@ -211,7 +235,8 @@ class Pool:
         """A worker died or overran: charge the case in flight, requeue the rest."""
         pair, index, sample = worker.task, worker.index, worker.sample
         signum, text = _death(worker.stop())
-        tail = worker.stderr_tail()
+        lines = worker.stderr_lines()
+        tail = lines[-1] if lines else ""
         self._retire(worker)
         if pair is None:
             return
@@ -224,11 +249,15 @@ class Pool:
                 return
             index, sample = _next_index(pair), "(between cases)"
         if timed_out:
-            result = {"status": TIMEOUT, "check_kind": "none",
+            result = {"status": TIMEOUT, "check_kind": "none", "reason_kind": "hang",
                       "reason": f"no result within {self.timeout:g} s; worker killed"}
+            self.hangs += 1
         else:
             result = {"status": CRASH, "check_kind": "none", "signal": signum,
-                      "reason": text, "message": tail or None}
+                      "reason": text, "message": tail or None,
+                      "reason_kind": "signal" if signum else "exit",
+                      "stderr_tail": "\n".join(lines) or None}
+            result.update(_evidence(lines))
         pair["done"].append(index)
         on_case(pair, index, sample, result)
         if between_cases:  # it died twice outside any case: the pair ends here

@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 import mpsprobe
 from mpsprobe.db import schema
 from mpsprobe.db.writer import RunWriter, find_resumable, latest_unfinished
+from .launch import worker_command
 from .pool import Pool
 
 
@@ -109,6 +110,18 @@ def _recording_now(run, env):
         return False
 
 
+def default_workers(device, cpu_count):
+    """Workers when --workers is not given: one per CPU core, but one on MPS.
+
+    A Mac has one GPU. Each worker is a process with its own Metal allocator
+    and cache on it: parallel workers run each other out of memory (recorded as
+    errors that are not the op's) and time each other's work.
+    """
+    if str(device or "").split(":")[0] == "mps":
+        return 1
+    return max(1, cpu_count or 1)
+
+
 class Sweep:
     """Prepare (validate everything, write nothing), then run."""
 
@@ -122,6 +135,18 @@ class Sweep:
                          python=options.python, env=worker_env(options))
         self.env = self.pairs = self.writer = None
         self.resumed = False
+
+    def _fit_pool_to_device(self):
+        """Once the device is known: one worker on MPS unless --workers says otherwise."""
+        if self.options.workers or not self.env:
+            return
+        size = default_workers(self.env.get("device"), os.cpu_count())
+        if size == self.pool.size:
+            return
+        self.pool.close()  # the describing worker ran with the threads of another pool size
+        self.pool.size = size
+        self.config["threads"] = max(1, (os.cpu_count() or 1) // size)
+        self.pool.command = worker_command(self.config, self.options.python)
 
     def prepare(self):
         """Check the DB, the device and the op/dtype filters. Raises SweepError."""
@@ -193,6 +218,7 @@ class Sweep:
         """Run `todo` to the end (or until should_stop()); returns (state, total, counts)."""
         started = time.monotonic()
         state = "interrupted"
+        self._fit_pool_to_device()
 
         def case(pair, index, sample, result):
             self.writer.record(pair, index, sample, result)

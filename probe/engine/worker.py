@@ -8,7 +8,8 @@ case, so it always knows which case was running.
 Requests (stdin, one JSON object a line):
   {"cmd": "describe"}                      -> {"type": "describe", "env": {...}}
   {"cmd": "plan", "ops": [...], "dtypes": [...]} -> {"type": "plan", "pairs": [...]}
-  {"cmd": "pair", "op": ..., "dtype": ..., "done": [sample indices already recorded]}
+  {"cmd": "pair", "op": ..., "dtype": ..., "done": [sample indices already recorded],
+   "health_check": true after a hung case was killed (optional)}
       -> {"type": "begin", "index": i, "sample": "..."} and {"type": "result", "index": i, ...}
          for each sample, then {"type": "pair_done", "n_cases": n}
 Any request can instead answer {"type": "fatal", "message": "..."}.
@@ -19,6 +20,7 @@ import sys
 import threading
 import time
 
+HEALTH_CHECK_S = 10.0
 
 def _watch_parent():
     """Exit when the parent dies, so a killed sweep leaves no workers behind."""
@@ -51,6 +53,19 @@ class Worker:
             self._opinfos = opinfo.load_op_db()
         return self._opinfos
 
+    def health_check(self):
+        """After a hung case was killed, is the device answering again? Notes for the results that follow.
+
+        A killed process's GPU work may still be running (pytorch#135442): the
+        timings taken next are flagged with how long a tiny synchronised op took,
+        or that it did not finish within HEALTH_CHECK_S.
+        """
+        took = self.target.health_check(HEALTH_CHECK_S)
+        if took is None:
+            return {"after_hang": True, "device_busy": True,
+                    "health_check": f"a tiny op did not finish within {HEALTH_CHECK_S:g} s"}
+        return {"after_hang": True, "health_check_ms": round(took, 3)}
+
     def describe(self, request):
         from . import environment
         self.send({"type": "describe", "env": environment.describe(self.target)})
@@ -67,6 +82,9 @@ class Worker:
         from mpsprobe.vocabulary import ERROR, SKIP
         op = opinfo.find(self.opinfos, request["op"])
         dtype = opinfo.parse_dtype(request["dtype"])
+        # Each pair starts from an empty device cache: no pair pays for another's memory.
+        self.target.empty_cache()
+        after_hang = self.health_check() if request.get("health_check") else None
         done = set(request.get("done") or ())
         nondeterministic = opinfo.is_nondeterministic(request["op"])
         try:
@@ -91,6 +109,8 @@ class Worker:
                 result = {"status": ERROR, "check_kind": "none",
                           "reason": "mpsprobe could not judge this case",
                           "error_type": type(e).__name__, "message": str(e)[:500]}
+            if after_hang is not None:
+                result["notes"] = dict(result.get("notes") or {}, **after_hang)
             self.send({"type": "result", "index": index, **result})
         self.send({"type": "pair_done", "n_cases": len(cases)})
 
