@@ -24,11 +24,12 @@ def test_not_implemented_is_unsupported_with_the_aten_op(fake_mps_db):
 
 
 def test_fallback_is_seen_on_every_case_despite_warn_once(fake_mps_db):
-    found = rows(fake_mps_db, "SELECT * FROM results WHERE op_id = 'bitwise_and'")
+    # linalg_svd is on MPSFallback.mm's list of ops that always run on the CPU.
+    found = rows(fake_mps_db, "SELECT * FROM results WHERE op_id = 'linalg.svd' AND dtype = 'float32'")
     assert len(found) >= 2  # several cases in one worker: TORCH_WARN_ONCE must not hide any
     for r in found:
-        assert r["status"] == "fallback"
-        assert json.loads(r["fallback_ops"]) == ["aten::bitwise_and.Tensor"]
+        assert r["status"] == "fallback" and r["reason_kind"] == "cpu_fallback"
+        assert json.loads(r["fallback_ops"]) == ["aten::linalg_svd"] and r["aten_op"] == "aten::linalg_svd"
 
 
 def test_wrong_numbers_in_one_dtype_only(fake_mps_db):
@@ -64,7 +65,7 @@ def test_every_status_rolls_up_per_op_and_dtype(fake_mps_db):
     rolled = {(r["op_id"], r["dtype"]): r["status"]
               for r in rows(fake_mps_db, "SELECT * FROM op_dtype_status")}
     assert rolled[("histc", "float32")] == "unsupported"
-    assert rolled[("bitwise_and", "int32")] == "fallback"
+    assert rolled[("linalg.svd", "float32")] == "fallback"
     assert rolled[("exp", "float16")] == "mismatch"
     assert rolled[("erfinv", "float32")] == "crash"
     assert rolled[("lgamma", "float32")] == "timeout"
