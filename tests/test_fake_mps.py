@@ -108,3 +108,32 @@ def test_the_fake_warns_once_per_process_like_torch_warn_once():
         assert str(caught[0].message) == fake_mps.FALLBACK_WARNING.format(op="aten::bitwise_and.Tensor")
     finally:
         torch.set_warn_always(previous)
+
+
+def test_the_fake_reads_the_fallback_switch_once_like_mpsfallback_mm(monkeypatch):
+    monkeypatch.setenv("PYTORCH_ENABLE_MPS_FALLBACK", "1")  # too late: read when the backend loaded
+    config = dict(fake_mps.DEFAULTS, not_implemented=["aten::histc"])
+    with fake_mps.FakeMPSMode(config):
+        try:
+            torch.histc(torch.ones(3), bins=2)
+        except NotImplementedError as e:
+            refused = str(e)
+    assert not fake_mps.FALLBACK_ENABLED and refused.startswith("The operator 'aten::histc' is not currently")
+
+
+def test_a_simulated_macos_13_refuses_bfloat16_and_complex_and_falls_back_in_kernels():
+    config = dict(fake_mps.DEFAULTS, macos="13.6")
+    for dtype, text in ((torch.bfloat16, fake_mps.BFLOAT16_NEEDS_14), (torch.complex64, fake_mps.COMPLEX_NEEDS_14)):
+        try:
+            with fake_mps.FakeMPSMode(config):
+                torch.ones(2).to(dtype)
+            raise AssertionError("not refused")
+        except (RuntimeError, TypeError) as e:
+            assert str(e) == text
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with fake_mps.FakeMPSMode(config):
+            torch.nonzero(torch.ones(2))     # native from macOS 14: falls back on 13.6
+            torch.median(torch.ones(3))      # native from macOS 13: runs natively on 13.6
+    assert [str(w.message) for w in caught] == [fake_mps.KERNEL_FALLBACKS["aten::nonzero"][1]]
+
