@@ -88,7 +88,7 @@ _REASON_KINDS = (
     ReasonKind("cpu_fallback", (FALLBACK,), "falls back to the CPU",
                "PyTorch's generic fallback ran the op on the CPU (PYTORCH_ENABLE_MPS_FALLBACK=1)."),
     ReasonKind("kernel_fallback", (FALLBACK,), "kernel falls back to the CPU",
-               "The target's own kernel ran the work on the CPU, e.g. below a macOS version (recorded with the result)."),
+               "The target's own kernel ran the work on the CPU, e.g. below a macOS version (recorded)."),
     ReasonKind("reduced_precision", (PASS, MISMATCH), "reduced-precision mode",
                "The kernel ran in a reduced-precision mode (e.g. TF32, fast math); judged against that mode's error."),
     ReasonKind("distribution", (PASS, MISMATCH), "checked as a distribution",
