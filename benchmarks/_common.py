@@ -109,28 +109,23 @@ def run_sweep(device="cpu", ops=(), dtypes=(), samples=3, timing=True, workers=1
     `pairs_filter(pair) -> bool` narrows the planned pairs (the peer comparison
     uses it to run exactly the (op, dtype) pairs another tool runs).
     """
-    from mpsprobe.engine.sweep import Sweep, SweepOptions
+    import mpsprobe
     own_dir = None
     if db_path is None:
         own_dir = tempfile.mkdtemp(prefix="mpsprobe-bench-")
         db_path = os.path.join(own_dir, "bench.db")
-    options = SweepOptions(db_path=db_path, device=device, ops=list(ops), dtypes=list(dtypes),
-                           samples=samples, timing=timing, workers=workers, shard=shard,
-                           timeout=timeout, fresh=True)
+    marks = {}
     started = time.perf_counter()
     with MemorySampler() as memory:
-        sweep = Sweep(options)
-        env, pairs = sweep.prepare()
-        if pairs_filter is not None:
-            sweep.pairs = [p for p in sweep.pairs if pairs_filter(p)]
-        ready = time.perf_counter()
-        todo = sweep.open()
-        state, total, counts = sweep.run(todo)
+        run = mpsprobe.probe(list(ops), list(dtypes), device, samples, db_path, timing=timing,
+                             workers=workers, shard=shard, timeout=timeout, fresh=True,
+                             select=pairs_filter,
+                             on_start=lambda run, todo: marks.setdefault("ready", time.perf_counter()))
     wall = time.perf_counter() - started
-    return {"db": db_path, "state": state, "pairs": len(sweep.pairs), "cases": total,
-            "counts": counts, "wall_s": wall, "startup_s": ready - started,
-            "cases_per_s": total / wall if wall else float("nan"),
-            "env": {k: env.get(k) for k in ("torch_version", "device", "device_name")},
+    return {"db": db_path, "state": run.state, "pairs": run.pairs, "cases": run.total,
+            "counts": run.counts, "wall_s": wall, "startup_s": marks["ready"] - started,
+            "cases_per_s": run.total / wall if wall else float("nan"),
+            "env": {k: run.env.get(k) for k in ("torch_version", "device", "device_name")},
             **memory.figures()}
 
 

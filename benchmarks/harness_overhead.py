@@ -33,7 +33,7 @@ def bare(args):
     warnings.simplefilter("ignore")  # deprecation chatter; the probe's workers log theirs
     import torch
     from mpsprobe.ops import opinfo, samples as sample_tools
-    from mpsprobe.engine.sweep import in_shard
+    from mpsprobe.engine.plan import in_shard
     device = torch.device(args.device)
     opinfos = opinfo.load_op_db()
     pairs = [p for p in opinfo.list_pairs(_common.split(args.ops), _common.split(args.dtypes), opinfos)

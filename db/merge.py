@@ -8,7 +8,7 @@ along (it was resumed and finished since the last merge), and the results it
 gained since are added.
 
 Shard runs stay separate runs, each with its own machine facts; the
-`run_sweeps`/`sweeps`/`sweep_op_dtype_status` views (db/history.py) group
+`run_sweeps`/`sweeps`/`sweep_op_dtype_status` views (db/views.py) group
 the shards of one sweep, so a merged sharded sweep reads like one run.
 
 Sources are only read. A source with an older schema is migrated in a
@@ -23,13 +23,15 @@ from dataclasses import dataclass, field
 
 import sqlite_utils
 
-from . import schema, views as history
+from mpsprobe.errors import MpsprobeError
+from . import schema
+from .migrations.m002_history import backfill_version_keys
 
 SKIPPED_TABLES = ("mpsprobe_meta",)
 _STATE_RANK = {"running": 0, "interrupted": 1, "complete": 2}
 
 
-class MergeError(Exception):
+class MergeError(MpsprobeError):
     """A merge that cannot be done: one line for the user; nothing was written."""
 
 
@@ -184,7 +186,7 @@ def merge(sources, target, say=lambda text: None):
                     src_conn.close()
                 reports.append(report)
                 say(report)
-            history.backfill_version_keys(db)
+            backfill_version_keys(db)
     finally:
         db.conn.close()
         shutil.rmtree(scratch, ignore_errors=True)

@@ -1,8 +1,9 @@
-"""The database schema, its version, and opening a database safely.
+"""Opening a database safely: its schema version, migrating it, refusing what is not ours.
 
-Every table an mpsprobe database holds is created here, and every change to
-it is a numbered migration, so a database written by an older mpsprobe is
-brought up to date and one written by a newer mpsprobe is refused.
+Every table an mpsprobe database holds is created by a numbered migration
+(db/migrations/, append-only), so a database written by an older mpsprobe is
+brought up to date and one written by a newer mpsprobe is refused. Views are
+defined in db/views.py and recreated after migrating.
 """
 import contextlib
 import os
@@ -10,11 +11,12 @@ import sqlite3
 
 import sqlite_utils
 
-from . import declared
-from .status import STATUSES
+from mpsprobe.errors import MpsprobeError
+from . import views
+from .migrations import MIGRATIONS
 
 APP = "mpsprobe"
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = len(MIGRATIONS)
 
 
 @contextlib.contextmanager
@@ -40,134 +42,8 @@ def write_transaction(conn):
         conn.isolation_level = previous
 
 
-class DatabaseError(Exception):
+class DatabaseError(MpsprobeError):
     """A database that cannot be used: not SQLite, not ours, too new, unwritable."""
-
-
-def _status_rank_sql(column="status"):
-    whens = " ".join(f"WHEN '{s}' THEN {i}" for i, s in enumerate(STATUSES))
-    return f"CASE {column} {whens} END"
-
-
-def _worst_status_sql(column="status"):
-    whens = " ".join(f"WHEN {i} THEN '{s}'" for i, s in enumerate(STATUSES))
-    return f"CASE max({_status_rank_sql(column)}) {whens} END"
-
-
-def _status_counts_sql(column="status"):
-    return ",\n  ".join(f"sum({column} = '{s}') AS n_{s}" for s in STATUSES)
-
-
-def _migrate_1(db):
-    db["runs"].create({
-        "id": str,              # stable id: unique across machines, the merge key
-        "run_key": str,         # what makes two invocations "the same run" (resume)
-        "state": str,           # running | complete | interrupted
-        "started": str, "finished": str,
-        "mpsprobe_version": str,
-        "torch_version": str, "torch_git": str, "python": str,
-        "os_name": str, "os_version": str, "os_build": str, "kernel": str,
-        "machine": str, "chip": str, "gpu_cores": int, "memory_bytes": int,
-        "virtualized": int,
-        "device": str,          # the target as named: mps, cuda, cpu, or a test backend
-        "device_name": str,     # what the hardware calls itself
-        "backend": str,         # a non-standard target backend (tests), else null
-        "hostname": str, "pid": int,
-        "options": str,         # JSON of the options that shaped the run
-        "cases_total": int, "wall_s": float,
-        "counts": str,          # JSON {status: n}
-    }, pk="id")
-    db["runs"].create_index(["run_key"])
-    db["ops"].create({
-        "id": str,              # OpInfo name, with ".variant" when it has one
-        "name": str, "variant": str, "aten_name": str, "source": str,
-    }, pk="id")
-    db["cases"].create({
-        "id": str,              # "op_id|dtype|sample_index"
-        "op_id": str, "dtype": str, "sample_index": int,
-        "sample": str,          # readable summary of the sample's shapes, dtypes, args
-    }, pk="id", foreign_keys=[("op_id", "ops", "id")])
-    db["results"].create({
-        "run_id": str, "case_id": str,
-        "op_id": str, "dtype": str,        # denormalised from cases for fast roll-ups
-        "status": str,
-        "check_kind": str,      # values | shape | none: how far the output could be checked
-        "reason": str,          # one line on why the status is what it is
-        "error_type": str, "message": str,
-        "aten_op": str,         # the aten op an unsupported/error message names
-        "fallback_ops": str,    # JSON list of aten ops that fell back to the CPU
-        "aten_ops": str,        # JSON list of aten ops the case dispatched
-        "max_abs_err": float, "max_rel_err": float,
-        "ref_abs_err": float,   # the CPU's own error in this dtype, against float64
-        "tol_atol": float, "tol_rtol": float, "tol_factor": float,
-        "nonfinite_mismatch": int,
-        "signal": int,
-        "ref_ms": float, "target_ms": float, "speedup": float,
-        "duration_s": float,
-    }, pk=("run_id", "case_id"), foreign_keys=[
-        ("run_id", "runs", "id"), ("case_id", "cases", "id"), ("op_id", "ops", "id"),
-    ])
-    db["results"].create_index(["op_id", "dtype"])
-    db["results"].create_index(["status"])
-    # A pair is marked here once all its samples are recorded, so a resumed
-    # run skips it without regenerating samples.
-    db["pairs_done"].create({
-        "run_id": str, "op_id": str, "dtype": str, "n_cases": int,
-    }, pk=("run_id", "op_id", "dtype"), foreign_keys=[("run_id", "runs", "id")])
-    db.execute(f"""
-CREATE VIEW op_dtype_status AS
-SELECT run_id, op_id, dtype,
-  {_worst_status_sql()} AS status,
-  count(*) AS n_cases,
-  {_status_counts_sql()},
-  max(max_abs_err) AS max_abs_err,
-  group_concat(DISTINCT CASE WHEN fallback_ops != '[]' THEN fallback_ops END) AS fallback_ops,
-  group_concat(DISTINCT aten_op) AS aten_op,
-  avg(speedup) AS mean_speedup
-FROM results GROUP BY run_id, op_id, dtype""")
-    db.execute(f"""
-CREATE VIEW aten_op_status AS
-SELECT results.run_id, je.value AS aten_op, results.dtype,
-  {_worst_status_sql('results.status')} AS status,
-  count(*) AS n_cases,
-  {_status_counts_sql('results.status')},
-  group_concat(DISTINCT results.op_id) AS via_ops
-FROM results, json_each(results.aten_ops) AS je
-WHERE results.aten_ops IS NOT NULL
-GROUP BY results.run_id, je.value, results.dtype""")
-    db.execute(f"""
-CREATE VIEW run_status_counts AS
-SELECT run_id, count(*) AS n_cases, {_status_counts_sql()}
-FROM results GROUP BY run_id""")
-    declared.create(db)
-
-
-def _migrate_2(db):
-    from . import views as history
-    history.migrate_2(db)
-
-
-def _migrate_3(db):
-    from .migrations import m003_search as search
-    search.migrate_3(db)
-
-
-def _migrate_4(db):
-    """Why a result is what it is, and what a Mac run ran under: reason kind, minimum
-    macOS, a crash's stderr, notes (JSON); Rosetta and the MPS settings (JSON)."""
-    for table, columns in (("results", ("reason_kind", "min_macos", "stderr_tail", "notes")),
-                           ("runs", ("translated", "device_env"))):
-        have = set(db[table].columns_dict)
-        for name in columns:
-            if name not in have:
-                kind = "INTEGER" if name == "translated" else "TEXT"
-                db.execute(f'ALTER TABLE {table} ADD COLUMN "{name}" {kind}')
-
-
-# Ordered: MIGRATIONS[i] takes a database from version i to version i + 1.
-# A step runs inside the migration's transaction: it must not commit (no
-# `with db.conn:`); nested sqlite-utils calls use savepoints, which is fine.
-MIGRATIONS = [_migrate_1, _migrate_2, _migrate_3, _migrate_4]
 
 
 def _schema_version(db):
@@ -273,6 +149,9 @@ def open_db(path, create=True, readonly=False):
     db.execute("PRAGMA synchronous = NORMAL")
     db.execute("PRAGMA foreign_keys = ON")
     _migrate(db, version or 0)
+    if not views.current(db):
+        with write_transaction(db.conn):
+            views.recreate(db)
     return db
 
 
@@ -304,6 +183,7 @@ def _migrate(db, version):
             if not conn.in_transaction:
                 raise RuntimeError(f"schema migration {number} committed on its own; "
                                    "migration steps must not commit")
+        views.recreate(db)
         db.execute("UPDATE mpsprobe_meta SET value = ? WHERE key = 'schema_version'",
                    [str(SCHEMA_VERSION)])
 

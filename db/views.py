@@ -1,30 +1,30 @@
-"""Per-version history, in the spirit of MDN's browser-compat-data.
+"""Every view of the store, defined here and only here.
 
-Schema migration 2 lives here: it gives `runs` a sortable torch version key
-(and the machine facts environment capture added), and defines the views
+Views hold no data, so they are dropped and created again after every
+migration (and whenever their definitions change): a view never depends on
+which mpsprobe created the database. Status words, their order and the
+worst-status roll-ups are built from mpsprobe.vocabulary.
 
-- `op_history`: one row per (run, op, dtype): the worst status of that pair in
-  that run, with the run's torch version, device, OS and OS major version;
-- `op_firsts`: one row per (op, dtype, device, OS, OS major): the first torch
-  version seen passing, the last seen failing, the version it has passed
+- `op_dtype_status`: per (run, op, dtype, pass) the worst status over its
+  cases and how many cases had each status;
+- `aten_op_status`: the same per aten op a case dispatched (what `check` joins);
+- `run_status_counts`: cases per status per run;
+- `op_history`: one row per (run, op, dtype, pass) with the run's torch
+  version, device, OS and OS major version;
+- `op_firsts`: one row per (op, dtype, pass, device, OS, OS major): the first
+  torch version seen passing, the last seen failing, the version it has passed
   since, the newest version seen and its status, and every version's status;
 - `run_sweeps` / `sweeps` / `sweep_op_dtype_status`: shard runs of one sweep
   grouped under one `sweep_id` (see `SWEEP_IDENTITY`).
 
 Torch versions are compared by `runs.torch_version_key` (zero-padded text,
-"0002.0010.0000.9" > "0002.0009.0001.9"), never as strings, and the views use
-plain SQL only, so they work in Datasette as in mpsprobe.
+"0002.0010.0000.9" > "0002.0009.0001.9", see mpsprobe.versions), never as
+strings, and the views use plain SQL only, so they work in Datasette as in
+mpsprobe.
 """
-from mpsprobe.engine.environment import version_key
+import hashlib
 
-from mpsprobe.vocabulary import STATUSES
-
-# Facts added to `runs` by migration 2 (describe() fills them for new runs).
-NEW_RUN_COLUMNS = ("torch_version_key", "hw_model", "cuda_version", "gpu_driver")
-
-# A case "fails" on a version when it did anything but pass or skip;
-# `fallback` counts: it works, but not on the device.
-FAILING = tuple(s for s in STATUSES if s not in ("pass", "skip"))
+from mpsprobe.vocabulary import FAILING, PASS, STATUSES
 
 # Shard runs that share all of these (and the shard count N) are slices of one
 # sweep, whichever machine ran them; an unsharded run is a sweep of its own.
@@ -33,26 +33,43 @@ SWEEP_IDENTITY = ("torch_version", "torch_git", "device", "device_name", "backen
 SWEEP_OPTIONS = ("ops", "dtypes", "samples", "mps_fallback")
 
 
-def _os_major(column="os_version"):
+# -- SQL built from the vocabulary -------------------------------------------
+
+def quoted(value):
+    return "'" + str(value).replace("'", "''") + "'"
+
+
+def in_list(values):
+    """`('a', 'b')`: an SQL list of words."""
+    return "(" + ", ".join(quoted(v) for v in values) + ")"
+
+
+def status_rank(column="status"):
+    whens = " ".join(f"WHEN {quoted(s)} THEN {i}" for i, s in enumerate(STATUSES))
+    return f"CASE {column} {whens} END"
+
+
+def worst_status(column="status"):
+    """An aggregate: the most severe status of `column` in the group."""
+    whens = " ".join(f"WHEN {i} THEN {quoted(s)}" for i, s in enumerate(STATUSES))
+    return f"CASE max({status_rank(column)}) {whens} END"
+
+
+def status_counts(column="status", prefix=""):
+    """`sum(status = 'pass') AS n_pass, …`: one count per status."""
+    return ",\n  ".join(f"sum({column} = {quoted(s)}) AS {prefix}n_{s}" for s in STATUSES)
+
+
+def summed_counts(prefix=""):
+    return ", ".join(f"sum({prefix}n_{s}) AS n_{s}" for s in STATUSES)
+
+
+def os_major(column="os_version"):
     major = (f"CASE WHEN instr({column}, '.') > 0 "
              f"THEN substr({column}, 1, instr({column}, '.') - 1) ELSE {column} END")
     # Numeric majors compare as numbers (macOS 9 < 10); anything else stays text.
     return (f"CASE WHEN ({major}) GLOB '[0-9]*' AND NOT ({major}) GLOB '*[^0-9]*' "
             f"THEN CAST(({major}) AS INTEGER) ELSE ({major}) END")
-
-
-def _worst(column="status"):
-    rank = " ".join(f"WHEN '{s}' THEN {i}" for i, s in enumerate(STATUSES))
-    name = " ".join(f"WHEN {i} THEN '{s}'" for i, s in enumerate(STATUSES))
-    return f"CASE max(CASE {column} {rank} END) {name} END"
-
-
-def _counts(prefix=""):
-    return ", ".join(f"sum({prefix}n_{s}) AS n_{s}" for s in STATUSES)
-
-
-def _in(values):
-    return "(" + ", ".join(f"'{v}'" for v in values) + ")"
 
 
 def _sweep_id_sql():
@@ -63,54 +80,62 @@ def _sweep_id_sql():
             + " || '|' || ".join(parts) + " END")
 
 
-def backfill_version_keys(db):
-    """Fill runs.torch_version_key where a writer (or an older mpsprobe) left it empty."""
-    rows = db.execute("SELECT id, torch_version FROM runs WHERE torch_version_key IS NULL "
-                      "AND torch_version IS NOT NULL").fetchall()
-    for run_id, version in rows:
-        db.execute("UPDATE runs SET torch_version_key = ? WHERE id = ?",
-                   [version_key(version), run_id])
-    return len(rows)
+# -- the views, in creation order (a view only uses those above it) -----------
 
-
-def migrate_2(db):
-    """Schema 1 -> 2: version keys and machine facts on runs; history and sweep views."""
-    have = set(db["runs"].columns_dict)
-    for column in NEW_RUN_COLUMNS:
-        if column not in have:
-            db.execute(f"ALTER TABLE runs ADD COLUMN {column} TEXT")
-    db.execute("CREATE INDEX IF NOT EXISTS idx_runs_torch_version_key ON runs (torch_version_key)")
-    backfill_version_keys(db)
+def _definitions():
+    runs_with_major = f"(SELECT *, {os_major()} AS os_major FROM runs)"
     counts = ", ".join(f"s.n_{s}" for s in STATUSES)
-    db.execute(f"""
-CREATE VIEW op_history AS
-SELECT s.op_id, s.dtype, r.device, r.os_name, r.os_major,
+    views = {}
+    views["op_dtype_status"] = f"""
+SELECT run_id, op_id, dtype, pass,
+  {worst_status()} AS status,
+  count(*) AS n_cases,
+  {status_counts()},
+  max(max_abs_err) AS max_abs_err,
+  group_concat(DISTINCT CASE WHEN fallback_ops != '[]' THEN fallback_ops END) AS fallback_ops,
+  group_concat(DISTINCT aten_op) AS aten_op,
+  avg(speedup) AS mean_speedup
+FROM results GROUP BY run_id, op_id, dtype, pass"""
+    views["aten_op_status"] = f"""
+SELECT results.run_id, je.value AS aten_op, results.dtype, results.pass,
+  {worst_status('results.status')} AS status,
+  count(*) AS n_cases,
+  {status_counts('results.status')},
+  group_concat(DISTINCT results.op_id) AS via_ops
+FROM results, json_each(results.aten_ops) AS je
+WHERE results.aten_ops IS NOT NULL
+GROUP BY results.run_id, je.value, results.dtype, results.pass"""
+    views["run_status_counts"] = f"""
+SELECT run_id, count(*) AS n_cases, {status_counts()}
+FROM results GROUP BY run_id"""
+    views["op_history"] = f"""
+SELECT s.op_id, s.dtype, s.pass, r.device, r.os_name, r.os_major,
   r.torch_version, r.torch_version_key, s.status, s.run_id,
   s.n_cases, {counts},
-  r.os_version, r.device_name, r.chip, r.torch_git, r.state AS run_state, r.started
+  r.os_version, r.device_name, r.chip, r.torch_git, r.state AS run_state, r.started,
+  r.source AS run_source
 FROM op_dtype_status AS s
-JOIN (SELECT *, {_os_major()} AS os_major FROM runs) AS r ON r.id = s.run_id""")
-    group = "op_id, dtype, device, os_name, os_major"
-    runs_with_major = f"(SELECT *, {_os_major()} AS os_major FROM runs)"
+JOIN {runs_with_major} AS r ON r.id = s.run_id"""
+    group = "op_id, dtype, pass, device, os_name, os_major"
     # The history of one group, as JSON, from a per-version roll-up of its
     # results. It is a correlated subquery under a single GROUP BY, so a
     # filter on op_id (what a page asks) reaches the results index: one op's
     # history takes milliseconds in a large DB. The worst status over every
     # sample of every run at a version equals the worst of op_history's rows.
     history_json = f"""(SELECT json_object(
-      'first_pass_key', min(CASE WHEN status = 'pass' THEN key END),
-      'last_fail_key', max(CASE WHEN status IN {_in(FAILING)} THEN key END),
+      'first_pass_key', min(CASE WHEN status = {quoted(PASS)} THEN key END),
+      'last_fail_key', max(CASE WHEN status IN {in_list(FAILING)} THEN key END),
       'first_seen_key', min(key), 'latest_key', max(key),
       'latest', max(key || '|' || status), 'n_versions', count(*),
       'statuses', json(json_group_object(version, status)),
       'names', json(json_group_object(key, version)),
-      'pass_keys', json(json_group_array(CASE WHEN status = 'pass' THEN key END)))
+      'pass_keys', json(json_group_array(CASE WHEN status = {quoted(PASS)} THEN key END)))
     FROM (
       SELECT r.torch_version_key AS key, max(r.torch_version) AS version,
-        {_worst('res.status')} AS status
+        {worst_status('res.status')} AS status
       FROM results AS res JOIN {runs_with_major} AS r ON r.id = res.run_id
-      WHERE res.op_id = g.op_id AND res.dtype = g.dtype AND r.device IS g.device
-        AND r.os_name IS g.os_name AND r.os_major IS g.os_major
+      WHERE res.op_id = g.op_id AND res.dtype = g.dtype AND res.pass = g.pass
+        AND r.device IS g.device AND r.os_name IS g.os_name AND r.os_major IS g.os_major
         AND r.torch_version_key IS NOT NULL
       GROUP BY r.torch_version_key ORDER BY r.torch_version_key))"""
 
@@ -118,8 +143,7 @@ JOIN (SELECT *, {_os_major()} AS os_major FROM runs) AS r ON r.id = s.run_id""")
         return f"json_extract(h, '$.names.\"' || {key} || '\"')"
     since = ("(SELECT min(value) FROM json_each(h, '$.pass_keys') "
              "WHERE value > coalesce(json_extract(h, '$.last_fail_key'), ''))")
-    db.execute(f"""
-CREATE VIEW op_firsts AS
+    views["op_firsts"] = f"""
 SELECT {group},
   {name_of("json_extract(h, '$.first_pass_key')")} AS first_pass_torch,
   {name_of("json_extract(h, '$.last_fail_key')")} AS last_fail_torch,
@@ -137,20 +161,18 @@ SELECT {group},
 FROM (
   SELECT DISTINCT g.*, {history_json} AS h  -- DISTINCT: evaluate h once a row, not once a use
   FROM (
-    SELECT res.op_id, res.dtype, r.device, r.os_name, r.os_major
+    SELECT res.op_id, res.dtype, res.pass, r.device, r.os_name, r.os_major
     FROM results AS res JOIN {runs_with_major} AS r ON r.id = res.run_id
     WHERE r.torch_version_key IS NOT NULL
-    GROUP BY res.op_id, res.dtype, r.device, r.os_name, r.os_major
+    GROUP BY res.op_id, res.dtype, res.pass, r.device, r.os_name, r.os_major
   ) AS g
-)""")
-    db.execute(f"""
-CREATE VIEW run_sweeps AS
+)"""
+    views["run_sweeps"] = f"""
 SELECT id AS run_id, {_sweep_id_sql()} AS sweep_id,
   json_extract(options, '$.shard[0]') AS shard_index,
   json_extract(options, '$.shard[1]') AS shard_count
-FROM runs""")
-    db.execute("""
-CREATE VIEW sweeps AS
+FROM runs"""
+    views["sweeps"] = """
 SELECT w.sweep_id, count(*) AS n_runs, coalesce(max(w.shard_count), 1) AS shard_count,
   count(DISTINCT coalesce(w.shard_index, 1)) AS n_shards_present,
   min(r.torch_version) AS torch_version, min(r.torch_version_key) AS torch_version_key,
@@ -163,10 +185,42 @@ SELECT w.sweep_id, count(*) AS n_runs, coalesce(max(w.shard_count), 1) AS shard_
   sum(r.cases_total) AS cases_total,
   group_concat(w.run_id) AS run_ids
 FROM run_sweeps AS w JOIN runs AS r ON r.id = w.run_id
-GROUP BY w.sweep_id""")
-    db.execute(f"""
-CREATE VIEW sweep_op_dtype_status AS
-SELECT w.sweep_id, s.op_id, s.dtype, {_worst('s.status')} AS status,
-  sum(s.n_cases) AS n_cases, {_counts('s.')}, group_concat(s.run_id) AS run_ids
+GROUP BY w.sweep_id"""
+    views["sweep_op_dtype_status"] = f"""
+SELECT w.sweep_id, s.op_id, s.dtype, s.pass, {worst_status('s.status')} AS status,
+  sum(s.n_cases) AS n_cases, {summed_counts('s.')}, group_concat(s.run_id) AS run_ids
 FROM op_dtype_status AS s JOIN run_sweeps AS w ON w.run_id = s.run_id
-GROUP BY w.sweep_id, s.op_id, s.dtype""")
+GROUP BY w.sweep_id, s.op_id, s.dtype, s.pass"""
+    return views
+
+
+VIEWS = _definitions()
+# Stored in mpsprobe_meta: a database whose views predate these definitions
+# gets them recreated the next time it is opened for writing.
+FINGERPRINT = hashlib.sha256("\n".join(f"{k}:{v}" for k, v in VIEWS.items()).encode()).hexdigest()[:16]
+
+
+def inline_missing(sql, present):
+    """`sql` with each of our views it selects FROM (unaliased) that the database
+    lacks replaced by the view's definition, so a query never needs the view to exist."""
+    import re
+    for name, definition in VIEWS.items():
+        if name not in present:
+            sql = re.sub(rf"\bFROM {name}\b", f"FROM ({definition}) AS {name}", sql)
+    return sql
+
+
+def recreate(db):
+    """Drop our views (as any mpsprobe defined them) and create them again, inside
+    the caller's transaction. Views a user added under other names are kept."""
+    for name in reversed(list(VIEWS)):
+        db.execute(f"DROP VIEW IF EXISTS {name}")
+    for name, sql in VIEWS.items():
+        db.execute(f"CREATE VIEW {name} AS{sql}")
+    db.execute("INSERT OR REPLACE INTO mpsprobe_meta (key, value) VALUES ('views', ?)", [FINGERPRINT])
+
+
+def current(db):
+    """True when the database's views are these definitions."""
+    row = db.execute("SELECT value FROM mpsprobe_meta WHERE key = 'views'").fetchone()
+    return bool(row) and row[0] == FINGERPRINT

@@ -1,39 +1,53 @@
-"""The one writer: runs, ops, cases and results, committed as they arrive."""
+"""The one writer: runs, ops, cases and results, committed as they arrive; and
+what PyTorch declares, one reading at a time.
+
+Every transaction is opened and closed here: claiming a run (choosing which
+run to start or resume and marking it running, under SQLite's write lock),
+recording a case, finishing a run, replacing a declared reading.
+"""
 import datetime
 import json
 import uuid
 
-from mpsprobe.vocabulary import STATUSES
+from mpsprobe.errors import MpsprobeError
+from mpsprobe.versions import version_key
+from mpsprobe.vocabulary import FORWARD, PASS_COLUMN, STATUSES
+from .schema import write_transaction
+from .views import status_counts
 
 RESULT_FIELDS = (
-    "status", "check_kind", "reason", "error_type", "message", "aten_op",
+    "status", "check_kind", "reason", "reason_kind", "error_type", "message", "aten_op",
     "max_abs_err", "max_rel_err", "ref_abs_err", "tol_atol", "tol_rtol", "tol_factor",
     "nonfinite_mismatch", "signal", "ref_ms", "target_ms", "speedup", "duration_s",
-    "reason_kind", "min_macos", "stderr_tail",
+    "min_macos", "precision_mode", "stderr_tail",
 )
 JSON_RESULT_FIELDS = ("notes",)
-JSON_RUN_FIELDS = ("device_env",)
+# Run facts a describe() or the options may carry beyond schema 1's.
+JSON_RUN_FIELDS = ("precision_modes", "device_env")
+
+
+class ClaimError(MpsprobeError):
+    """The run asked for cannot be started or resumed: one line for the user."""
 
 
 def now():
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
 
 
-def case_id(op, dtype, index):
-    return f"{op}|{dtype}|{index}"
+def case_id(op, dtype, index, pass_=FORWARD):
+    """"op|dtype|index"; a pass other than forward is part of the id: "op|dtype|index|backward"."""
+    base = f"{op}|{dtype}|{index}"
+    return base if pass_ == FORWARD else f"{base}|{pass_}"
 
 
-def find_resumable(db, run_key):
-    """The newest run with this key, as a dict, or None."""
-    rows = list(db.query(
-        "SELECT * FROM runs WHERE run_key = ? ORDER BY started DESC LIMIT 1", [run_key]))
-    return rows[0] if rows else None
+def _rows(db, sql, params=()):
+    return list(db.query(sql, params))
 
 
-def latest_unfinished(db):
-    rows = list(db.query(
-        "SELECT * FROM runs WHERE state != 'complete' ORDER BY started DESC LIMIT 1"))
-    return rows[0] if rows else None
+def _insert(db, table, row):
+    columns = list(row)
+    db.execute(f"INSERT INTO {table} ({', '.join(columns)}) "
+               f"VALUES ({', '.join('?' for _ in columns)})", [row[c] for c in columns])
 
 
 class RunWriter:
@@ -44,23 +58,55 @@ class RunWriter:
         self.run = run
         self.run_id = run["id"]
         self._known_ops = {r["id"] for r in db.query("SELECT id FROM ops")}
+        self._run_columns = set(db["runs"].columns_dict)
+
+    @classmethod
+    def claim(cls, db, run_key, env, options, version, pid, resume=False, fresh=False,
+              busy=lambda run: None):
+        """Start the run `run_key` names, or resume it; returns (writer, resumed).
+
+        Choosing the run and marking it running happen in one transaction under
+        SQLite's write lock, so two processes started at once cannot both start
+        (or both resume) it. `resume`: continue the newest unfinished run (any
+        key); `fresh`: always start a new one. `busy(run)` returns why an
+        unfinished run cannot be taken over (another live process records it),
+        or None. Raises ClaimError.
+        """
+        with write_transaction(db.conn):
+            if resume:
+                found = _rows(db, "SELECT * FROM runs WHERE state != 'complete' "
+                                  "ORDER BY started DESC LIMIT 1")
+                if not found:
+                    raise ClaimError("the database has no unfinished run to resume")
+            else:
+                found = [] if fresh else _rows(
+                    db, "SELECT * FROM runs WHERE run_key = ? ORDER BY started DESC LIMIT 1",
+                    [run_key])
+            previous = found[0] if found else None
+            if previous is not None and previous["run_key"] != run_key:
+                raise ClaimError("the unfinished run was made with other options or another "
+                                 "torch/device; re-run with the same options, or use --fresh")
+            why = busy(previous) if previous is not None else None
+            if why:
+                raise ClaimError(why)
+            if previous is not None:
+                db.execute("UPDATE runs SET state = 'running', pid = ?, finished = NULL "
+                           "WHERE id = ?", [pid, previous["id"]])
+                return cls(db, previous), True
+            run = dict(env, id=uuid.uuid4().hex, run_key=run_key, state="running",
+                       started=now(), finished=None, mpsprobe_version=version,
+                       options=json.dumps(options, sort_keys=True), pid=pid)
+            for field in JSON_RUN_FIELDS:
+                if field in run and not isinstance(run[field], (str, type(None))):
+                    run[field] = json.dumps(run[field], sort_keys=True)
+            columns = set(db["runs"].columns_dict)
+            _insert(db, "runs", {k: v for k, v in run.items() if k in columns})
+        return cls(db, run), False
 
     @classmethod
     def start(cls, db, run_key, env, options, version, pid):
-        env = {k: json.dumps(v, sort_keys=True) if k in JSON_RUN_FIELDS and v is not None else v
-               for k, v in env.items()}
-        run = dict(env, id=uuid.uuid4().hex, run_key=run_key, state="running",
-                   started=now(), finished=None, mpsprobe_version=version,
-                   options=json.dumps(options, sort_keys=True), pid=pid)
-        with db.conn:
-            db["runs"].insert(run, alter=False)
-        return cls(db, run)
-
-    @classmethod
-    def resume(cls, db, run, pid):
-        with db.conn:
-            db["runs"].update(run["id"], {"state": "running", "pid": pid, "finished": None})
-        return cls(db, run)
+        """A new run, never resuming one."""
+        return cls.claim(db, run_key, env, options, version, pid, fresh=True)[0]
 
     def done(self):
         """What a resumed run must not repeat: the finished (op, dtype) pairs, and
@@ -75,27 +121,32 @@ class RunWriter:
         return pairs, cases
 
     def record(self, pair, index, sample, result):
-        op = pair["op"]
-        cid = case_id(op, pair["dtype"], index)
+        """One case's result. `pair` names the op ({"op", "dtype"}, and for a new
+        op "name", "variant", "aten_name", "source"); result["pass"] its pass."""
+        op, dtype = pair["op"], pair["dtype"]
+        pass_ = result.get(PASS_COLUMN) or FORWARD
+        cid = case_id(op, dtype, index, pass_)
         row = {k: result.get(k) for k in RESULT_FIELDS}
         row.update({k: json.dumps(result[k], sort_keys=True) if result.get(k) is not None else None
                     for k in JSON_RESULT_FIELDS})
-        row.update(run_id=self.run_id, case_id=cid, op_id=op, dtype=pair["dtype"],
+        row.update(run_id=self.run_id, case_id=cid, op_id=op, dtype=dtype,
                    fallback_ops=json.dumps(result.get("fallback_ops") or []),
                    aten_ops=json.dumps(result["aten_ops"]) if result.get("aten_ops") is not None else None)
+        row[PASS_COLUMN] = pass_
+        columns = [f'"{c}"' for c in row]
         with self.db.conn:
             if op not in self._known_ops:
                 self.db.execute(
-                    "INSERT OR IGNORE INTO ops (id, name, variant, aten_name, source) VALUES (?, ?, ?, ?, 'opinfo')",
-                    [op, pair.get("name", op), pair.get("variant", ""), pair.get("aten_name")])
+                    "INSERT OR IGNORE INTO ops (id, name, variant, aten_name, source) VALUES (?, ?, ?, ?, ?)",
+                    [op, pair.get("name", op), pair.get("variant", ""), pair.get("aten_name"),
+                     pair.get("source", "opinfo")])
                 self._known_ops.add(op)
             self.db.execute(
-                "INSERT OR IGNORE INTO cases (id, op_id, dtype, sample_index, sample) VALUES (?, ?, ?, ?, ?)",
-                [cid, op, pair["dtype"], index, sample])
-            columns = list(row)
+                f'INSERT OR IGNORE INTO cases (id, op_id, dtype, sample_index, sample, "{PASS_COLUMN}") '
+                "VALUES (?, ?, ?, ?, ?, ?)", [cid, op, dtype, index, sample, pass_])
             self.db.execute(
                 f"INSERT OR IGNORE INTO results ({', '.join(columns)}) "
-                f"VALUES ({', '.join('?' for _ in columns)})", [row[c] for c in columns])
+                f"VALUES ({', '.join('?' for _ in columns)})", list(row.values()))
 
     def pair_done(self, pair, n_cases):
         with self.db.conn:
@@ -104,9 +155,8 @@ class RunWriter:
 
     def counts(self):
         row = next(self.db.query(
-            f"SELECT count(*) AS n, {', '.join(f'sum(status = {s!r}) AS {s}' for s in STATUSES)} "
-            "FROM results WHERE run_id = ?", [self.run_id]))
-        return row.pop("n"), {s: row[s] or 0 for s in STATUSES}
+            f"SELECT count(*) AS n, {status_counts()} FROM results WHERE run_id = ?", [self.run_id]))
+        return row.pop("n"), {s: row[f"n_{s}"] or 0 for s in STATUSES}
 
     def finish(self, state, wall_s):
         total, counts = self.counts()
@@ -122,3 +172,42 @@ class RunWriter:
         file alone is the whole database (to copy, publish or serve immutable)."""
         self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         self.db.conn.close()
+
+
+# -- what PyTorch declares ------------------------------------------------------
+# A new reading of the same (version, device, source) replaces the old one in
+# one transaction, so a table never holds half of two readings.
+
+def _replace(db, table, where, rows):
+    clause = " AND ".join(f"{k} = ?" for k in where)
+    db.execute(f"DELETE FROM {table} WHERE {clause}", list(where.values()))
+    if rows:
+        db[table].insert_all(rows, batch_size=1000)
+
+
+def record_declared(db, torch_version, device, source, origin, rows_by_table, options=None):
+    """Replace one reading: rows for each declared table, and its `declared_sources` line."""
+    with db.conn:
+        n = 0
+        for table, rows in rows_by_table.items():
+            where = {"torch_version": torch_version}
+            if table == "declared":
+                where["device"] = device
+            _replace(db, table, where, rows)
+            n += len(rows)
+        db["declared_sources"].upsert({
+            "torch_version": torch_version, "torch_version_key": version_key(torch_version),
+            "device": device, "source": source, "origin": origin, "recorded": now(), "ok": 1,
+            "error": None, "n_rows": n, "options": json.dumps(options or {}, sort_keys=True),
+        }, pk=("torch_version", "device", "source"))
+    return n
+
+
+def record_declared_failure(db, torch_version, device, source, origin, error):
+    """Note a source that could not be read; rows of an earlier reading are kept."""
+    with db.conn:
+        db["declared_sources"].upsert({
+            "torch_version": torch_version, "torch_version_key": version_key(torch_version),
+            "device": device, "source": source, "origin": origin, "recorded": now(), "ok": 0,
+            "error": error, "n_rows": 0,
+        }, pk=("torch_version", "device", "source"))

@@ -11,8 +11,10 @@ import zlib
 
 import torch
 
+from mpsprobe.errors import MpsprobeError
 
-class CatalogueError(Exception):
+
+class CatalogueError(MpsprobeError):
     """The op catalogue cannot be read, or a filter names nothing in it."""
 
 

@@ -1,8 +1,39 @@
 """mpsprobe: measure which PyTorch ops work on a device, and keep the answers in SQLite.
 
-The `mpsprobe` import namespace maps the repository's folders:
-``mpsprobe`` (probe/: runner and CLI), ``mpsprobe.ops`` (ops/: the op catalogue),
-``mpsprobe.db`` (db/: the SQLite store) and ``mpsprobe.site`` (site/: Datasette).
+The Python API (see the README for a notebook example):
+
+    import mpsprobe
+    run = mpsprobe.probe(ops=["add"], dtypes=["float32"], device="cpu", samples=1, db="x.db")
+    run.counts, list(run.results())
+    report = mpsprobe.check_model(model, example_inputs, db="x.db")
+    report.ops, report.to_json()
+    db = mpsprobe.open_db("x.db")            # a sqlite-utils Database
+    mpsprobe.findings("x.db"), mpsprobe.record_declared("x.db")
+    mpsprobe.merge(["a.db", "b.db"], "all.db"), mpsprobe.migrate("old.db")
+
+Every user mistake raises mpsprobe.MpsprobeError. The names load lazily, so
+`import mpsprobe` imports neither torch nor the store.
+
+The `mpsprobe` import namespace maps the repository's folders: ``mpsprobe``
+(probe/: the API, the engine, model check, the CLI), ``mpsprobe.ops`` (ops/:
+the op catalogue and upstream declarations), ``mpsprobe.db`` (db/: the store)
+and ``mpsprobe.site`` (site/: Datasette).
 """
+from mpsprobe.errors import MpsprobeError
 
 __version__ = "0.1.0"
+
+_API = ("probe", "check_model", "open_db", "findings", "record_declared", "merge", "migrate",
+        "Run")
+__all__ = ["MpsprobeError", "__version__", *_API]
+
+
+def __getattr__(name):
+    if name in _API:
+        from mpsprobe import api
+        return getattr(api, name)
+    raise AttributeError(f"module 'mpsprobe' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(list(globals()) + list(_API))

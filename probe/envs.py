@@ -28,6 +28,8 @@ import subprocess
 import sys
 from dataclasses import dataclass
 
+from mpsprobe.errors import MpsprobeError
+
 NIGHTLY_INDEX = "https://download.pytorch.org/whl/nightly/cpu"
 MARKER = "mpsprobe-env.json"
 WORKER_PACKAGES = ("expecttest", "numpy")   # what a worker needs besides torch
@@ -36,7 +38,7 @@ _REQUIREMENT = re.compile(r"^torch\s*(\[[\w,\s]+\])?\s*(([<>=!~]=?|===)\s*[\w.*+
                           r"|^torch\s*@\s*\S+$")
 
 
-class EnvError(Exception):
+class EnvError(MpsprobeError):
     """The torch environment cannot be made or used: one line for the user."""
 
 

@@ -160,3 +160,7 @@ FAIL_ON = {
 BROKEN = (UNSUPPORTED, ERROR, TIMEOUT, CRASH)
 # Statuses where the target did not give a correct native answer.
 FAILED = (MISMATCH,) + BROKEN
+
+# The column of results (and of the roll-up views) that names a case's pass.
+# Its name is also a status word, so code spells it through this constant.
+PASS_COLUMN = "pass"

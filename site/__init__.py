@@ -40,6 +40,16 @@ def site_metadata(db_path):
     return metadata
 
 
+def check_database(db_path):
+    """Refuse, in one line (a DatabaseError), a file the site cannot show; never writes to it."""
+    from mpsprobe.db.schema import DatabaseError, open_db
+
+    if not os.path.exists(db_path):
+        raise DatabaseError(f"{db_path} does not exist: record results first with "
+                            f"`mpsprobe run --db {db_path}`")
+    open_db(db_path, readonly=True).conn.close()
+
+
 def wal_pending(db_path):
     """True while a writer may have changes in the WAL that the main file lacks."""
     wal = f"{db_path}-wal"

@@ -15,7 +15,6 @@ import sys
 
 import pytest
 
-from conftest import run_cli
 from mpsprobe.db import schema
 from mpsprobe.db.writer import RunWriter
 
@@ -58,7 +57,7 @@ RUN = ["run", "--device", "cpu", "--ops", "add", "--samples", "1", "--no-timing"
 
 
 @pytest.mark.parametrize("keep", [0.5, 0.9, 0.99])
-def test_truncated_database_is_refused_untouched(tmp_path, keep):
+def test_truncated_database_is_refused_untouched(tmp_path, keep, run_cli):
     whole = small_db(tmp_path / "whole.db").read_bytes()
     assert len(whole) > 8 * 4096  # truncation has pages to lose
     cut = tmp_path / "cut.db"
@@ -71,7 +70,7 @@ def test_truncated_database_is_refused_untouched(tmp_path, keep):
     assert sidecars(cut) == []
 
 
-def test_newer_schema_is_refused_by_every_command_that_reads_it(tmp_path):
+def test_newer_schema_is_refused_by_every_command_that_reads_it(tmp_path, run_cli):
     path = small_db(tmp_path / "future.db")
     conn = sqlite3.connect(path)
     with conn:

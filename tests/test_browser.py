@@ -14,8 +14,6 @@ import urllib.request
 
 import pytest
 
-from conftest import rows
-from test_site import build_site_db
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed")
@@ -28,8 +26,8 @@ def free_port():
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory, fake_mps_db, cpu_db):
-    db = build_site_db(tmp_path_factory, fake_mps_db, cpu_db)
+def server(tmp_path_factory, fake_mps_db, cpu_db, site_db):
+    db = site_db
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "mpsprobe", "serve", db, "--port", str(port)],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
@@ -58,7 +56,7 @@ def chromium(tmp_path, *args):
     return subprocess.run(command, capture_output=True, text=True, timeout=120)
 
 
-def test_matrix_renders_coloured_cells_in_a_browser(server, tmp_path):
+def test_matrix_renders_coloured_cells_in_a_browser(server, tmp_path, rows):
     base, db = server
     run = rows(db, "SELECT id FROM runs WHERE device = 'fake-mps' "
                "ORDER BY torch_version_key DESC LIMIT 1")[0]["id"]

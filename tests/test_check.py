@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from mpsprobe.modelcheck import load as models, report as check
+from mpsprobe.modelcheck import capture as capturing, load as models, report as check
 from mpsprobe.cli import cli
 from mpsprobe.db import schema
-from mpsprobe.db.query import blame as lookup
+from mpsprobe.db.query import blame, runs
 
 TESTS = Path(__file__).parent
 MODELS = TESTS / "models"
@@ -77,7 +77,7 @@ def probe_db(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def convnet_train():
-    return check.capture(models.load(str(MODELS / "convnet.py")), train=True)
+    return capturing.capture(models.load(str(MODELS / "convnet.py")), train=True)
 
 
 @pytest.fixture(scope="session")
@@ -97,7 +97,7 @@ def test_convnet_training_step_captures_exactly_these_ops(convnet_train):
 
 
 def test_convnet_forward_captures_exactly_these_ops():
-    captured = check.capture(models.load(str(MODELS / "convnet.py")), train=False)
+    captured = capturing.capture(models.load(str(MODELS / "convnet.py")), train=False)
     assert {u.aten_op for u in captured.ops} == CONVNET_FORWARD_OPS
     assert captured.mode == "forward"
 
@@ -120,7 +120,7 @@ def test_ops_are_placed_in_their_modules(convnet_train):
                         "aten::native_layer_norm_backward", "aten::_softmax_backward_data"}),
 ])
 def test_lstm_and_transformer_layer_capture(name, expected):
-    captured = check.capture(models.load(str(MODELS / name)), train=True)
+    captured = capturing.capture(models.load(str(MODELS / name)), train=True)
     names = {u.aten_op for u in captured.ops}
     assert expected <= names
     # The portable capture takes the generic paths, not the CPU's own kernels.
@@ -129,7 +129,7 @@ def test_lstm_and_transformer_layer_capture(name, expected):
 
 def test_float16_casts_model_and_inputs():
     loaded = models.cast(models.load(str(MODELS / "convnet.py")), __import__("torch").float16)
-    captured = check.capture(loaded, train=False)
+    captured = capturing.capture(loaded, train=False)
     assert captured.dtype == "float16"
     assert {u.dtype for u in captured.ops} == {"float16"}
 
@@ -196,31 +196,31 @@ def test_unplaced_failures_leave_ops_unknown(tmp_path):
     db["cases"].insert({"id": "f|float32|0", "op_id": "f", "dtype": "float32", "sample_index": 0})
     db["results"].insert({"run_id": "r1", "case_id": "f|float32|0", "op_id": "f", "dtype": "float32",
                           "status": "unsupported", "aten_ops": '["aten::a", "aten::b"]'})
-    found = lookup.evidence(db.conn, "r1")
-    assert lookup.verdict(found["aten::a", "float32"])[0] == "unknown"
-    assert lookup.verdict(found["aten::b", "float32"])[0] == "unknown"
+    found = blame.evidence(db.conn, "r1")
+    assert blame.verdict(found["aten::a", "float32"])[0] == "unknown"
+    assert blame.verdict(found["aten::b", "float32"])[0] == "unknown"
     # The same probe op passing with other inputs clears nothing ...
     db["cases"].insert({"id": "f|float32|1", "op_id": "f", "dtype": "float32", "sample_index": 1})
     db["results"].insert({"run_id": "r1", "case_id": "f|float32|1", "op_id": "f", "dtype": "float32",
                           "status": "pass", "aten_ops": '["aten::a"]'})
-    found = lookup.evidence(db.conn, "r1")
-    assert lookup.verdict(found["aten::b", "float32"])[0] == "unknown"
+    found = blame.evidence(db.conn, "r1")
+    assert blame.verdict(found["aten::b", "float32"])[0] == "unknown"
     # ... another probe op passing with aten::a pins the failure on aten::b.
     db["ops"].insert({"id": "g", "name": "g"})
     db["cases"].insert({"id": "g|float32|0", "op_id": "g", "dtype": "float32", "sample_index": 0})
     db["results"].insert({"run_id": "r1", "case_id": "g|float32|0", "op_id": "g", "dtype": "float32",
                           "status": "pass", "aten_ops": '["aten::a"]'})
-    found = lookup.evidence(db.conn, "r1")
-    assert lookup.verdict(found["aten::a", "float32"])[0] == "ok"
-    assert lookup.verdict(found["aten::b", "float32"])[:2] == ("unsupported", "unsupported")
-    assert lookup.verdict(found.get(("aten::c", "float32"))) == ("unknown", None, "never probed")
+    found = blame.evidence(db.conn, "r1")
+    assert blame.verdict(found["aten::a", "float32"])[0] == "ok"
+    assert blame.verdict(found["aten::b", "float32"])[:2] == ("unsupported", "unsupported")
+    assert blame.verdict(found.get(("aten::c", "float32"))) == ("unknown", None, "never probed")
 
 
 def test_run_selection(probe_db):
     conn = sqlite3.connect(probe_db)
-    assert lookup.choose_run(conn)["device"] == "fake-mps"
-    with pytest.raises(lookup.LookupError_, match="no run matches"):
-        lookup.choose_run(conn, torch="2.5")
+    assert runs.pick_run(conn)["device"] == "fake-mps"
+    with pytest.raises(runs.RunNotFound, match="no run matches"):
+        runs.pick_run(conn, torch="2.5")
     result = invoke("check", MODELS / "convnet.py", "--db", probe_db, "--macos", "14")
     assert result.exit_code == 2 and "no run matches" in result.output
 
@@ -264,6 +264,33 @@ def test_run_replays_model_calls_and_records_them(tmp_path):
         "SELECT aten_op, status FROM aten_op_status WHERE aten_op IN "
         "('aten::relu', 'aten::max_pool2d_with_indices_backward')").fetchall())
     assert status == {"aten::relu": "fallback", "aten::max_pool2d_with_indices_backward": "unsupported"}
+
+
+def test_run_survives_a_call_that_aborts_the_process(tmp_path):
+    """--run replays in the sweep's isolated workers: an abort costs one call (crash)."""
+    model = tmp_path / "aborts.py"
+    model.write_text(
+        "import torch\n"
+        "class Model(torch.nn.Module):\n"
+        "    def forward(self, x):\n"
+        "        return torch.exp(torch.erfinv(x * 0.5)) + torch.relu(x)\n"
+        "def build():\n"
+        "    return Model(), torch.rand(4, 3)\n")
+    path = tmp_path / "aborts.db"
+    faults = json.dumps({"not_implemented": [], "fallback": [], "wrong": {},
+                         "abort": ["aten::erfinv"], "hang": []})
+    result = invoke("check", model, "--run", "--backend", FAKE_MPS, "--no-timing",
+                    "--db", path, "--json", env={"FAKE_MPS": faults})
+    assert result.exit_code == 1, result.output
+    data = report_json(result)
+    answers = {o["aten_op"]: (o["class"], o["status"]) for o in data["ops"]}
+    assert answers["aten::erfinv"] == ("unsupported", "crash")
+    assert answers["aten::exp"][0] == "ok" and answers["aten::relu"][0] == "ok"
+    conn = sqlite3.connect(path)
+    statuses = dict(conn.execute("SELECT op_id, status FROM results").fetchall())
+    assert statuses["aten::erfinv"] == "crash" and statuses["aten::exp"] == "pass"
+    run = conn.execute("SELECT state, source FROM runs").fetchone()
+    assert run == ("complete", "model")
 
 
 # ---------------------------------------------------------------- bad input

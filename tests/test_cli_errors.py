@@ -4,8 +4,6 @@ import sqlite3
 
 import pytest
 
-from conftest import run_cli
-
 
 def assert_one_line_error(result, needle):
     assert result.exit_code == 2, result.output
@@ -15,14 +13,14 @@ def assert_one_line_error(result, needle):
     assert "Traceback" not in result.output
 
 
-def test_unknown_op(tmp_path):
+def test_unknown_op(tmp_path, run_cli):
     db = tmp_path / "x.db"
     result = run_cli("run", "--db", db, "--device", "cpu", "--ops", "conv2", "--samples", 1)
     assert_one_line_error(result, "unknown op: 'conv2'")
     assert not db.exists()
 
 
-def test_unknown_dtype(tmp_path):
+def test_unknown_dtype(tmp_path, run_cli):
     db = tmp_path / "x.db"
     result = run_cli("run", "--db", db, "--device", "cpu", "--ops", "add", "--dtypes", "float33")
     assert_one_line_error(result, "unknown dtype: 'float33'")
@@ -30,25 +28,25 @@ def test_unknown_dtype(tmp_path):
 
 
 @pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="needs a machine without CUDA")
-def test_unavailable_device(tmp_path):
+def test_unavailable_device(tmp_path, run_cli):
     db = tmp_path / "x.db"
     result = run_cli("run", "--db", db, "--device", "cuda", "--ops", "add")
     assert_one_line_error(result, "device 'cuda' is not available here")
     assert not db.exists()
 
 
-def test_nonsense_device(tmp_path):
+def test_nonsense_device(tmp_path, run_cli):
     result = run_cli("run", "--db", tmp_path / "x.db", "--device", "gpu9", "--ops", "add")
     assert_one_line_error(result, "unknown device: 'gpu9'")
 
 
-def test_missing_directory(tmp_path):
+def test_missing_directory(tmp_path, run_cli):
     result = run_cli("run", "--db", tmp_path / "nope" / "x.db", "--device", "cpu", "--ops", "add")
     assert_one_line_error(result, "does not exist")
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root can write anywhere")
-def test_unwritable_directory(tmp_path):
+def test_unwritable_directory(tmp_path, run_cli):
     locked = tmp_path / "locked"
     locked.mkdir()
     locked.chmod(0o500)
@@ -56,7 +54,7 @@ def test_unwritable_directory(tmp_path):
     assert_one_line_error(result, "not writable")
 
 
-def test_not_sqlite_is_left_untouched(tmp_path):
+def test_not_sqlite_is_left_untouched(tmp_path, run_cli):
     db = tmp_path / "notes.db"
     db.write_text("my precious notes\n")
     result = run_cli("run", "--db", db, "--device", "cpu", "--ops", "add")
@@ -64,7 +62,7 @@ def test_not_sqlite_is_left_untouched(tmp_path):
     assert db.read_text() == "my precious notes\n"
 
 
-def test_someone_elses_database_is_left_untouched(tmp_path):
+def test_someone_elses_database_is_left_untouched(tmp_path, run_cli):
     db = tmp_path / "other.db"
     conn = sqlite3.connect(db)
     conn.execute("CREATE TABLE invoices (id INTEGER)")
@@ -76,7 +74,7 @@ def test_someone_elses_database_is_left_untouched(tmp_path):
     assert db.read_bytes() == before
 
 
-def test_bad_shard_and_samples(tmp_path):
+def test_bad_shard_and_samples(tmp_path, run_cli):
     assert_one_line_error(run_cli("run", "--db", tmp_path / "x.db", "--shard", "3/2"), "--shard")
     assert_one_line_error(run_cli("run", "--db", tmp_path / "x.db", "--samples", 0), "--samples")
     assert not (tmp_path / "x.db").exists()

@@ -13,7 +13,8 @@ import sys
 import time
 from pathlib import Path
 
-from conftest import rows
+import pytest
+
 
 FAULTY = str(Path(__file__).parent / "faulty_backend.py")
 
@@ -27,16 +28,19 @@ def command(db, ops):
             "--ops", ops, "--dtypes", DTYPES, "--samples", "3", "--no-timing", "--workers", "1"]
 
 
-def assert_run_complete_and_exact(db, run):
-    assert run["state"] == "complete"
-    ids = [r["case_id"] for r in rows(db, "SELECT case_id FROM results WHERE run_id = ?", [run["id"]])]
-    assert len(ids) == len(set(ids)) == run["cases_total"]
-    pairs = rows(db, "SELECT op_id, dtype, n_cases FROM pairs_done WHERE run_id = ?", [run["id"]])
-    assert set(ids) == {f"{p['op_id']}|{p['dtype']}|{i}" for p in pairs for i in range(p["n_cases"])}
-    return pairs
+@pytest.fixture(scope="session")
+def assert_run_complete_and_exact(rows):
+    def assert_run_complete_and_exact(db, run):
+        assert run["state"] == "complete"
+        ids = [r["case_id"] for r in rows(db, "SELECT case_id FROM results WHERE run_id = ?", [run["id"]])]
+        assert len(ids) == len(set(ids)) == run["cases_total"]
+        pairs = rows(db, "SELECT op_id, dtype, n_cases FROM pairs_done WHERE run_id = ?", [run["id"]])
+        assert set(ids) == {f"{p['op_id']}|{p['dtype']}|{i}" for p in pairs for i in range(p["n_cases"])}
+        return pairs
+    return assert_run_complete_and_exact
 
 
-def test_different_runs_at_once_both_finish_with_nothing_lost(tmp_path):
+def test_different_runs_at_once_both_finish_with_nothing_lost(tmp_path, assert_run_complete_and_exact, rows):
     db = tmp_path / "shared.db"
     procs = [subprocess.Popen(command(db, ops), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               text=True) for ops in (OPS_A, OPS_B)]
@@ -52,7 +56,7 @@ def test_different_runs_at_once_both_finish_with_nothing_lost(tmp_path):
     assert rows(db, "PRAGMA integrity_check")[0]["integrity_check"] == "ok"
 
 
-def test_same_run_twice_at_once_the_second_refuses_clearly(tmp_path):
+def test_same_run_twice_at_once_the_second_refuses_clearly(tmp_path, assert_run_complete_and_exact, rows):
     # The first sweep is held on its first exp case (a test backend waits for
     # a "go" file), so the second surely starts while the first is recording.
     db, hold = tmp_path / "same.db", tmp_path / "hold"

@@ -12,7 +12,6 @@ from mpsprobe import envs
 from mpsprobe.engine import environment
 from mpsprobe.envs import EnvError, parse_spec
 
-from conftest import FAKE_MPS, rows, run_cli, summary
 
 TORCH_VERSION = torch.__version__.split("+")[0]   # the torch this suite runs on: 2.13.0 in CI
 
@@ -102,7 +101,7 @@ def test_installer_failure_line():
     assert envs._failure_line(UV_OFFLINE).startswith("Because torch==2.5.1 was not found")
 
 
-def test_list_and_rm(monkeypatch, tmp_path):
+def test_list_and_rm(monkeypatch, tmp_path, run_cli):
     monkeypatch.setenv("MPSPROBE_CACHE", str(tmp_path))
     ready = tmp_path / "envs" / "torch-2.5.1-py3.11"
     (ready / "lib").mkdir(parents=True)
@@ -217,14 +216,17 @@ def test_capture_linux_bare_metal_and_missing_files(monkeypatch):
 
 # -- end to end: real environments, real workers ------------------------------------------
 
-def _run_add(db, torch_spec, env, *extra):
-    return run_cli("run", "--torch", torch_spec, "--backend", FAKE_MPS, "--ops", "add",
-                   "--dtypes", "float32", "--samples", 1, "--no-timing", "--workers", 1,
-                   "--db", db, "--json", *extra, env=env)
+@pytest.fixture(scope="session")
+def _run_add(fake_mps, run_cli):
+    def _run_add(db, torch_spec, env, *extra):
+        return run_cli("run", "--torch", torch_spec, "--backend", fake_mps, "--ops", "add",
+                       "--dtypes", "float32", "--samples", 1, "--no-timing", "--workers", 1,
+                       "--db", db, "--json", *extra, env=env)
+    return _run_add
 
 
 @pytest.fixture(scope="session")
-def torch_env(tmp_path_factory):
+def torch_env(tmp_path_factory, _run_add):
     """`--torch <this suite's torch version>` built once per session.
 
     It inherits this interpreter's site-packages (MPSPROBE_ENV_SYSTEM_SITE), so
@@ -240,7 +242,7 @@ def torch_env(tmp_path_factory):
     return env, db, result
 
 
-def test_torch_version_end_to_end(torch_env):
+def test_torch_version_end_to_end(torch_env, rows, run_cli, summary):
     env, db, result = torch_env
     assert "building a torch environment for torch==" + TORCH_VERSION in result.output
     assert summary(result)["torch"] == torch.__version__
@@ -253,7 +255,7 @@ def test_torch_version_end_to_end(torch_env):
     assert [(e["state"], e["torch_version"]) for e in listed] == [("ready", torch.__version__)]
 
 
-def test_cached_environment_is_reused_and_a_path_works(torch_env, tmp_path, monkeypatch):
+def test_cached_environment_is_reused_and_a_path_works(torch_env, tmp_path, monkeypatch, _run_add, rows):
     env, db, _ = torch_env
     for name, value in env.items():
         monkeypatch.setenv(name, value)
@@ -268,7 +270,7 @@ def test_cached_environment_is_reused_and_a_path_works(torch_env, tmp_path, monk
     assert json.loads(run["options"])["python"] == python
 
 
-def test_bad_specs_error_cleanly(tmp_path):
+def test_bad_specs_error_cleanly(tmp_path, _run_add):
     db = tmp_path / "x.db"
     for spec, message in [("bogus!", "expected current, nightly"),
                           (str(tmp_path / "no" / "python"), "no executable Python")]:
@@ -278,14 +280,14 @@ def test_bad_specs_error_cleanly(tmp_path):
     assert not db.exists()
 
 
-def test_python_without_torch_is_refused(tmp_path):
+def test_python_without_torch_is_refused(tmp_path, _run_add):
     bare = tmp_path / "bare"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True)
     result = _run_add(tmp_path / "x.db", str(bare), None)   # a venv folder is accepted too
     assert result.exit_code == 2 and "cannot import torch" in result.output
 
 
-def test_offline_install_fails_with_one_line(tmp_path):
+def test_offline_install_fails_with_one_line(tmp_path, _run_add):
     empty = tmp_path / "no-wheels"
     empty.mkdir()
     env = {"MPSPROBE_CACHE": str(tmp_path / "cache"), "MPSPROBE_INSTALLER": "pip",
@@ -302,7 +304,7 @@ def test_offline_install_fails_with_one_line(tmp_path):
 @pytest.mark.skipif(not os.environ.get("MPSPROBE_SLOW_TESTS"),
                     reason="builds a fully isolated torch environment (~1 GB, ~1 min): "
                            "set MPSPROBE_SLOW_TESTS=1")
-def test_fully_isolated_environment(tmp_path):
+def test_fully_isolated_environment(tmp_path, _run_add, rows):
     env = {"MPSPROBE_CACHE": str(tmp_path / "cache"), "MPSPROBE_ENV_SYSTEM_SITE": None}
     result = _run_add(tmp_path / "iso.db", TORCH_VERSION, env)
     assert result.exit_code == 0, result.output

@@ -2,19 +2,21 @@
 import json
 import warnings
 
+import pytest
 import torch
 
-from conftest import FAKE_MPS, rows, run_cli
-
-import fake_mps
+import fake_mps as fake_backend
 
 
-def statuses(db, op, dtype):
-    return [r["status"] for r in rows(
-        db, "SELECT status FROM results WHERE op_id = ? AND dtype = ? ORDER BY case_id", (op, dtype))]
+@pytest.fixture(scope="session")
+def statuses(rows):
+    def statuses(db, op, dtype):
+        return [r["status"] for r in rows(
+            db, "SELECT status FROM results WHERE op_id = ? AND dtype = ? ORDER BY case_id", (op, dtype))]
+    return statuses
 
 
-def test_not_implemented_is_unsupported_with_the_aten_op(fake_mps_db):
+def test_not_implemented_is_unsupported_with_the_aten_op(fake_mps_db, rows):
     for r in rows(fake_mps_db, "SELECT * FROM results WHERE op_id = 'histc' AND dtype != 'float64'"):
         assert r["status"] == "unsupported"
         assert r["aten_op"] == "aten::histc"
@@ -23,7 +25,7 @@ def test_not_implemented_is_unsupported_with_the_aten_op(fake_mps_db):
             "The operator 'aten::histc' is not currently implemented for the MPS device.")
 
 
-def test_fallback_is_seen_on_every_case_despite_warn_once(fake_mps_db):
+def test_fallback_is_seen_on_every_case_despite_warn_once(fake_mps_db, rows):
     # linalg_svd is on MPSFallback.mm's list of ops that always run on the CPU.
     found = rows(fake_mps_db, "SELECT * FROM results WHERE op_id = 'linalg.svd' AND dtype = 'float32'")
     assert len(found) >= 2  # several cases in one worker: TORCH_WARN_ONCE must not hide any
@@ -32,7 +34,7 @@ def test_fallback_is_seen_on_every_case_despite_warn_once(fake_mps_db):
         assert json.loads(r["fallback_ops"]) == ["aten::linalg_svd"] and r["aten_op"] == "aten::linalg_svd"
 
 
-def test_wrong_numbers_in_one_dtype_only(fake_mps_db):
+def test_wrong_numbers_in_one_dtype_only(fake_mps_db, rows, statuses):
     half = rows(fake_mps_db, "SELECT r.*, c.sample FROM results r JOIN cases c ON c.id = r.case_id "
                              "WHERE r.op_id = 'exp' AND r.dtype = 'float16'")
     with_values = [r for r in half if ",0" not in r["sample"] and "[0" not in r["sample"]]
@@ -41,19 +43,19 @@ def test_wrong_numbers_in_one_dtype_only(fake_mps_db):
     assert set(statuses(fake_mps_db, "exp", "float32")) == {"pass"}
 
 
-def test_float64_is_refused_like_mps(fake_mps_db):
+def test_float64_is_refused_like_mps(fake_mps_db, rows):
     r = rows(fake_mps_db, "SELECT * FROM results WHERE op_id = 'add' AND dtype = 'float64'")[0]
     assert r["status"] == "unsupported"
     assert "doesn't support float64" in r["message"]
 
 
-def test_abort_costs_one_case_and_the_run_goes_on(fake_mps_db):
+def test_abort_costs_one_case_and_the_run_goes_on(fake_mps_db, rows, statuses):
     crashed = rows(fake_mps_db, "SELECT * FROM results WHERE op_id = 'erfinv' AND dtype = 'float32'")
     assert crashed and all(r["status"] == "crash" and r["signal"] == 6 for r in crashed)
     assert set(statuses(fake_mps_db, "add", "float32")) == {"pass"}
 
 
-def test_hang_costs_one_case(fake_mps_db):
+def test_hang_costs_one_case(fake_mps_db, rows):
     hung = rows(fake_mps_db, "SELECT * FROM results WHERE op_id = 'lgamma' AND dtype = 'float32'")
     assert hung and all(r["status"] == "timeout" for r in hung)
     run = rows(fake_mps_db, "SELECT * FROM runs")[0]
@@ -61,7 +63,7 @@ def test_hang_costs_one_case(fake_mps_db):
     assert run["backend"].endswith("fake_mps.py")
 
 
-def test_every_status_rolls_up_per_op_and_dtype(fake_mps_db):
+def test_every_status_rolls_up_per_op_and_dtype(fake_mps_db, rows):
     rolled = {(r["op_id"], r["dtype"]): r["status"]
               for r in rows(fake_mps_db, "SELECT * FROM op_dtype_status")}
     assert rolled[("histc", "float32")] == "unsupported"
@@ -73,9 +75,9 @@ def test_every_status_rolls_up_per_op_and_dtype(fake_mps_db):
     assert rolled[("add", "int32")] == "pass"
 
 
-def test_mps_fallback_env_turns_unimplemented_into_fallback(tmp_path):
+def test_mps_fallback_env_turns_unimplemented_into_fallback(tmp_path, fake_mps, rows, run_cli):
     db = tmp_path / "fb.db"
-    result = run_cli("run", "--db", db, "--backend", FAKE_MPS, "--ops", "histc",
+    result = run_cli("run", "--db", db, "--backend", fake_mps, "--ops", "histc",
                      "--dtypes", "float32", "--samples", 2, "--mps-fallback", "--no-timing")
     assert result.exit_code == 0, result.output
     found = rows(db, "SELECT * FROM results")
@@ -85,55 +87,55 @@ def test_mps_fallback_env_turns_unimplemented_into_fallback(tmp_path):
 
 def test_the_fake_warns_once_per_process_like_torch_warn_once():
     """Why the probe turns on warn-always: without it, the second fallback is silent."""
-    mode_config = dict(fake_mps.DEFAULTS, fallback=["aten::bitwise_and.Tensor"])
+    mode_config = dict(fake_backend.DEFAULTS, fallback=["aten::bitwise_and.Tensor"])
     a = torch.tensor([1, 2, 3])
     previous = torch.is_warn_always_enabled()
-    fake_mps._warned_once = False
+    fake_backend._warned_once = False
     try:
         torch.set_warn_always(False)
         seen = []
         for _ in range(2):
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
-                with fake_mps.FakeMPSMode(mode_config):
+                with fake_backend.FakeMPSMode(mode_config):
                     torch.bitwise_and(a, a)
             seen.append(len(caught))
         assert seen == [1, 0]
         torch.set_warn_always(True)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            with fake_mps.FakeMPSMode(mode_config):
+            with fake_backend.FakeMPSMode(mode_config):
                 torch.bitwise_and(a, a)
         assert len(caught) == 1
-        assert str(caught[0].message) == fake_mps.FALLBACK_WARNING.format(op="aten::bitwise_and.Tensor")
+        assert str(caught[0].message) == fake_backend.FALLBACK_WARNING.format(op="aten::bitwise_and.Tensor")
     finally:
         torch.set_warn_always(previous)
 
 
 def test_the_fake_reads_the_fallback_switch_once_like_mpsfallback_mm(monkeypatch):
     monkeypatch.setenv("PYTORCH_ENABLE_MPS_FALLBACK", "1")  # too late: read when the backend loaded
-    config = dict(fake_mps.DEFAULTS, not_implemented=["aten::histc"])
-    with fake_mps.FakeMPSMode(config):
+    config = dict(fake_backend.DEFAULTS, not_implemented=["aten::histc"])
+    with fake_backend.FakeMPSMode(config):
         try:
             torch.histc(torch.ones(3), bins=2)
         except NotImplementedError as e:
             refused = str(e)
-    assert not fake_mps.FALLBACK_ENABLED and refused.startswith("The operator 'aten::histc' is not currently")
+    assert not fake_backend.FALLBACK_ENABLED and refused.startswith("The operator 'aten::histc' is not currently")
 
 
 def test_a_simulated_macos_13_refuses_bfloat16_and_complex_and_falls_back_in_kernels():
-    config = dict(fake_mps.DEFAULTS, macos="13.6")
-    for dtype, text in ((torch.bfloat16, fake_mps.BFLOAT16_NEEDS_14), (torch.complex64, fake_mps.COMPLEX_NEEDS_14)):
+    config = dict(fake_backend.DEFAULTS, macos="13.6")
+    for dtype, text in ((torch.bfloat16, fake_backend.BFLOAT16_NEEDS_14), (torch.complex64, fake_backend.COMPLEX_NEEDS_14)):
         try:
-            with fake_mps.FakeMPSMode(config):
+            with fake_backend.FakeMPSMode(config):
                 torch.ones(2).to(dtype)
             raise AssertionError("not refused")
         except (RuntimeError, TypeError) as e:
             assert str(e) == text
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        with fake_mps.FakeMPSMode(config):
+        with fake_backend.FakeMPSMode(config):
             torch.nonzero(torch.ones(2))     # native from macOS 14: falls back on 13.6
             torch.median(torch.ones(3))      # native from macOS 13: runs natively on 13.6
-    assert [str(w.message) for w in caught] == [fake_mps.KERNEL_FALLBACKS["aten::nonzero"][1]]
+    assert [str(w.message) for w in caught] == [fake_backend.KERNEL_FALLBACKS["aten::nonzero"][1]]
 

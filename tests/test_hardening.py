@@ -19,7 +19,6 @@ from pathlib import Path
 
 import pytest
 
-from conftest import results_count, rows, run_cli
 
 TESTS = Path(__file__).parent
 FAULTY = str(TESTS / "faulty_backend.py")
@@ -38,7 +37,7 @@ def sweep_command(db):
             "--workers", "2"]
 
 
-def test_repeated_random_kills_then_resume_record_every_case_once(tmp_path):
+def test_repeated_random_kills_then_resume_record_every_case_once(tmp_path, results_count, rows):
     seed = int(os.environ.get("MPSPROBE_TEST_SEED", time.time_ns() % 100_000))
     rng = random.Random(seed)
     db = tmp_path / "kills.db"
@@ -90,7 +89,7 @@ FAULT_OPS = "mul,sub,add,div.no_rounding_mode,maximum,minimum"
 
 
 @pytest.fixture(scope="module")
-def faulty_db(tmp_path_factory):
+def faulty_db(tmp_path_factory, run_cli):
     folder = tmp_path_factory.mktemp("faulty")
     once = folder / "once"
     once.mkdir()
@@ -103,10 +102,13 @@ def faulty_db(tmp_path_factory):
     return str(db)
 
 
-def case(db, op, index):
-    found = rows(db, "SELECT * FROM results WHERE case_id = ?", [f"{op}|float32|{index}"])
-    assert len(found) == 1, (op, index)
-    return found[0]
+@pytest.fixture(scope="session")
+def case(rows):
+    def case(db, op, index):
+        found = rows(db, "SELECT * FROM results WHERE case_id = ?", [f"{op}|float32|{index}"])
+        assert len(found) == 1, (op, index)
+        return found[0]
+    return case
 
 
 @pytest.mark.parametrize("op, status, signal_number, reason", [
@@ -115,7 +117,7 @@ def case(db, op, index):
     ("add", "crash", None, "exited with status 3"),
     ("div.no_rounding_mode", "error", None, "MemoryError"),
 ])
-def test_a_fault_costs_its_own_case_only(faulty_db, op, status, signal_number, reason):
+def test_a_fault_costs_its_own_case_only(faulty_db, op, status, signal_number, reason, case):
     hit = case(faulty_db, op, 0)
     assert hit["status"] == status
     assert hit["signal"] == (int(signal_number) if signal_number else None)
@@ -124,14 +126,14 @@ def test_a_fault_costs_its_own_case_only(faulty_db, op, status, signal_number, r
     assert case(faulty_db, op, 1)["status"] == "pass"
 
 
-def test_garbage_on_stdout_and_stderr_does_not_corrupt_results(faulty_db):
+def test_garbage_on_stdout_and_stderr_does_not_corrupt_results(faulty_db, rows):
     # The junk includes protocol-shaped lines claiming index 99 passed.
     got = rows(faulty_db, "SELECT case_id, status FROM results WHERE op_id = 'maximum'")
     assert sorted(r["case_id"] for r in got) == ["maximum|float32|0", "maximum|float32|1"]
     assert {r["status"] for r in got} == {"pass"}
 
 
-def test_faulty_sweep_is_complete_and_accounted_for(faulty_db):
+def test_faulty_sweep_is_complete_and_accounted_for(faulty_db, rows):
     runs = rows(faulty_db, "SELECT * FROM runs")
     assert [r["state"] for r in runs] == ["complete"]
     results = rows(faulty_db, "SELECT case_id, status FROM results")
@@ -164,9 +166,12 @@ def _site_db(path):
     db.conn.close()
 
 
-def _fingerprint(path):
-    digest = hashlib.sha256(Path(path).read_bytes()).hexdigest()
-    return digest, rows(path, "SELECT count(*) AS n FROM results")[0]["n"]
+@pytest.fixture(scope="session")
+def _fingerprint(rows):
+    def _fingerprint(path):
+        digest = hashlib.sha256(Path(path).read_bytes()).hexdigest()
+        return digest, rows(path, "SELECT count(*) AS n FROM results")[0]["n"]
+    return _fingerprint
 
 
 HOSTILE = [
@@ -192,7 +197,7 @@ SLOW_SQL = ("WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHER
 
 
 @pytest.mark.parametrize("live", [False, True])
-def test_site_serves_read_only_with_a_time_limit(tmp_path, live):
+def test_site_serves_read_only_with_a_time_limit(tmp_path, live, _fingerprint, rows):
     from mpsprobe.site import database_name, make_datasette
 
     path = tmp_path / "site.db"

@@ -8,18 +8,22 @@ import pytest
 from mpsprobe.db import merge as merge_module, schema
 from mpsprobe.engine.environment import version_key
 
-from conftest import rows, run_cli
-from test_migrations import HISTORY, _v1_db
 
 COUNTED = ("runs", "ops", "cases", "results", "pairs_done")
 
 
-def _counts(db):
-    return {t: rows(db, f"SELECT count(*) AS n FROM {t}")[0]["n"] for t in COUNTED}
+@pytest.fixture(scope="session")
+def _counts(rows):
+    def _counts(db):
+        return {t: rows(db, f"SELECT count(*) AS n FROM {t}")[0]["n"] for t in COUNTED}
+    return _counts
 
 
-def _dump(db):
-    return {t: rows(db, f"SELECT * FROM {t} ORDER BY 1, 2") for t in COUNTED}
+@pytest.fixture(scope="session")
+def _dump(rows):
+    def _dump(db):
+        return {t: rows(db, f"SELECT * FROM {t} ORDER BY 1, 2") for t in COUNTED}
+    return _dump
 
 
 def _as_other_torch(source, path, torch_version):
@@ -39,7 +43,7 @@ def _as_other_torch(source, path, torch_version):
     return str(path)
 
 
-def test_merge_is_idempotent(fake_mps_db, tmp_path):
+def test_merge_is_idempotent(fake_mps_db, tmp_path, _dump, run_cli):
     out = str(tmp_path / "all.db")
     first = run_cli("merge", fake_mps_db, "-o", out, "--json")
     assert first.exit_code == 0, first.output
@@ -50,7 +54,7 @@ def test_merge_is_idempotent(fake_mps_db, tmp_path):
     assert _dump(out) == _dump(fake_mps_db)
 
 
-def test_two_torch_versions_give_per_version_history(fake_mps_db, tmp_path):
+def test_two_torch_versions_give_per_version_history(fake_mps_db, tmp_path, _counts, rows, run_cli):
     older = _as_other_torch(fake_mps_db, tmp_path / "older.db", "2.9.0")
     out = str(tmp_path / "all.db")
     result = run_cli("merge", fake_mps_db, older, "-o", out)
@@ -67,7 +71,7 @@ def test_two_torch_versions_give_per_version_history(fake_mps_db, tmp_path):
     assert json.loads(exp["statuses"]) == {"2.9.0": "pass", current: "mismatch"}
 
 
-def test_a_resumed_run_brings_only_its_new_results(fake_mps_db, tmp_path):
+def test_a_resumed_run_brings_only_its_new_results(fake_mps_db, tmp_path, _dump, rows, run_cli):
     partial = tmp_path / "partial.db"
     shutil.copy(fake_mps_db, partial)
     conn = sqlite3.connect(partial)
@@ -87,18 +91,18 @@ def test_a_resumed_run_brings_only_its_new_results(fake_mps_db, tmp_path):
     assert _dump(out) == _dump(fake_mps_db)
 
 
-def test_older_schema_source_is_migrated_in_a_copy(tmp_path, monkeypatch):
-    old = _v1_db(tmp_path / "v1.db", monkeypatch, HISTORY)
+def test_older_schema_source_is_migrated_in_a_copy(tmp_path, monkeypatch, history_runs, rows, run_cli, v1_db):
+    old = v1_db(tmp_path / "v1.db", history_runs)
     data = open(old, "rb").read()
     out = str(tmp_path / "all.db")
     result = run_cli("merge", old, "-o", out)
     assert result.exit_code == 0 and "schema 1, migrated in a copy" in result.output
     assert open(old, "rb").read() == data and schema.inspect(old) == 1
     keys = {r["torch_version"]: r["torch_version_key"] for r in rows(out, "SELECT * FROM runs")}
-    assert keys == {v[0]: version_key(v[0]) for v in HISTORY.values()}
+    assert keys == {v[0]: version_key(v[0]) for v in history_runs.values()}
 
 
-def test_incompatible_sources_are_refused_and_nothing_is_written(fake_mps_db, tmp_path):
+def test_incompatible_sources_are_refused_and_nothing_is_written(fake_mps_db, tmp_path, run_cli):
     future = tmp_path / "future.db"
     shutil.copy(fake_mps_db, future)
     conn = sqlite3.connect(future)
@@ -119,7 +123,7 @@ def test_incompatible_sources_are_refused_and_nothing_is_written(fake_mps_db, tm
     assert run_cli("merge", fake_mps_db, "-o", fake_mps_db).exit_code == 2
 
 
-def test_a_failed_merge_leaves_the_output_unchanged(fake_mps_db, tmp_path, monkeypatch):
+def test_a_failed_merge_leaves_the_output_unchanged(fake_mps_db, tmp_path, monkeypatch, _dump, run_cli):
     out = str(tmp_path / "all.db")
     older = _as_other_torch(fake_mps_db, tmp_path / "older.db", "2.9.0")
     assert run_cli("merge", fake_mps_db, "-o", out).exit_code == 0

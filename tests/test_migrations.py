@@ -1,53 +1,20 @@
 """Schema versions: a version-1 database is migrated for real, atomically; a newer one is refused."""
 import json
+import shutil
 import sqlite3
 
 import pytest
 
-from mpsprobe.db import schema, views as history
-from mpsprobe.engine.environment import version_key
-
-from conftest import rows, run_cli
-
-
-def _v1_db(path, monkeypatch, runs):
-    """A database exactly as an mpsprobe with only migration 1 would write it.
-
-    `runs`: {run_id: (torch_version, os_version, {(op, dtype): status})}.
-    """
-    with monkeypatch.context() as m:
-        m.setattr(schema, "MIGRATIONS", schema.MIGRATIONS[:1])
-        m.setattr(schema, "SCHEMA_VERSION", 1)
-        db = schema.open_db(path)
-    with db.conn:
-        for run_id, (torch_version, os_version, statuses) in runs.items():
-            db["runs"].insert({"id": run_id, "run_key": run_id, "state": "complete",
-                               "started": f"2025-01-0{len(run_id) % 9 + 1}T00:00:00",
-                               "torch_version": torch_version, "os_name": "macOS",
-                               "os_version": os_version, "device": "mps",
-                               "device_name": "Apple MPS", "options": "{}"})
-            for (op, dtype), status in statuses.items():
-                db.execute("INSERT OR IGNORE INTO ops (id, name) VALUES (?, ?)", [op, op])
-                case = f"{op}|{dtype}|0"
-                db.execute("INSERT OR IGNORE INTO cases (id, op_id, dtype, sample_index) "
-                           "VALUES (?, ?, ?, 0)", [case, op, dtype])
-                db["results"].insert({"run_id": run_id, "case_id": case, "op_id": op,
-                                      "dtype": dtype, "status": status})
-    db.conn.close()
-    return str(path)
+from mpsprobe.db import schema
+from mpsprobe.db.migrations import m002_history
+from mpsprobe.versions import version_key
 
 
-def _schema_dump(path):
-    return rows(path, "SELECT type, name, sql FROM sqlite_master ORDER BY type, name")
-
-
-HISTORY = {
-    # "2.10.0" < "2.9.0" as strings: the views must compare versions as versions.
-    "r-old": ("2.8.0", "14.5", {("atan2", "float16"): "unsupported", ("add", "float32"): "pass"}),
-    "r-mid": ("2.9.0", "15.1", {("atan2", "float16"): "pass", ("add", "float32"): "pass"}),
-    "r-new": ("2.10.0", "15.2", {("atan2", "float16"): "pass", ("add", "float32"): "mismatch"}),
-    "r-newest": ("2.10.1", "15.3", {("atan2", "float16"): "pass", ("add", "float32"): "pass"}),
-}
+@pytest.fixture(scope="session")
+def _schema_dump(rows):
+    def _schema_dump(path):
+        return rows(path, "SELECT type, name, sql FROM sqlite_master ORDER BY type, name")
+    return _schema_dump
 
 
 def test_version_key_orders_versions_not_strings():
@@ -59,8 +26,8 @@ def test_version_key_orders_versions_not_strings():
     assert version_key("not a version") is None
 
 
-def test_v1_database_is_migrated_with_its_data(tmp_path, monkeypatch):
-    path = _v1_db(tmp_path / "v1.db", monkeypatch, HISTORY)
+def test_v1_database_is_migrated_with_its_data(tmp_path, history_runs, rows, run_cli, v1_db):
+    path = v1_db(tmp_path / "v1.db", history_runs)
     assert schema.inspect(path) == 1
     assert "torch_version_key" not in {r["name"] for r in rows(path, "PRAGMA table_info(runs)")}
     results_before = rows(path, "SELECT * FROM results ORDER BY run_id, case_id")
@@ -71,19 +38,19 @@ def test_v1_database_is_migrated_with_its_data(tmp_path, monkeypatch):
     after = rows(path, "SELECT * FROM results ORDER BY run_id, case_id")
     assert [{k: r[k] for k in old} for r, old in zip(after, results_before)] == results_before
     keys = {r["id"]: r["torch_version_key"] for r in rows(path, "SELECT * FROM runs")}
-    assert keys == {run_id: version_key(v[0]) for run_id, v in HISTORY.items()}
+    assert keys == {run_id: version_key(v[0]) for run_id, v in history_runs.items()}
     assert f"already at schema version {schema.SCHEMA_VERSION}" in run_cli("migrate", path).output
 
 
-def test_history_views_compare_versions_as_versions(tmp_path, monkeypatch):
-    path = _v1_db(tmp_path / "v1.db", monkeypatch, HISTORY)
+def test_history_views_compare_versions_as_versions(tmp_path, history_runs, rows, v1_db):
+    path = v1_db(tmp_path / "v1.db", history_runs)
     schema.open_db(path).conn.close()
     history_rows = rows(path, "SELECT * FROM op_history WHERE op_id = 'atan2' "
                               "ORDER BY torch_version_key")
     assert [(r["torch_version"], r["status"], r["os_major"]) for r in history_rows] == [
         ("2.8.0", "unsupported", 14), ("2.9.0", "pass", 15), ("2.10.0", "pass", 15),
         ("2.10.1", "pass", 15)]
-    assert {r["run_id"] for r in history_rows} == set(HISTORY)
+    assert {r["run_id"] for r in history_rows} == set(history_runs)
 
     firsts = {(r["op_id"], r["os_major"]): r for r in rows(path, "SELECT * FROM op_firsts")}
     # Per OS major: macOS 14 saw only 2.8.0; macOS 15 saw 2.9.0 .. 2.10.1.
@@ -100,12 +67,12 @@ def test_history_views_compare_versions_as_versions(tmp_path, monkeypatch):
                                               "2.10.1": "pass"}
 
 
-def test_failed_migration_leaves_the_database_unchanged(tmp_path, monkeypatch):
-    path = _v1_db(tmp_path / "v1.db", monkeypatch, HISTORY)
+def test_failed_migration_leaves_the_database_unchanged(tmp_path, monkeypatch, _schema_dump, history_runs, rows, v1_db):
+    path = v1_db(tmp_path / "v1.db", history_runs)
     before = _schema_dump(path)
 
     def broken(db):
-        history.migrate_2(db)      # DDL and updates that must all be undone
+        m002_history.migrate(db)   # DDL and updates that must all be undone
         db.execute("CREATE TABLE half_done (x)")
         raise RuntimeError("disk on fire")
     monkeypatch.setattr(schema, "MIGRATIONS", [schema.MIGRATIONS[0], broken])
@@ -120,7 +87,7 @@ def test_failed_migration_leaves_the_database_unchanged(tmp_path, monkeypatch):
     assert schema.inspect(path) == schema.SCHEMA_VERSION
 
 
-def test_newer_schema_is_refused_untouched(tmp_path):
+def test_newer_schema_is_refused_untouched(tmp_path, run_cli):
     path = tmp_path / "future.db"
     schema.open_db(path).conn.close()
     conn = sqlite3.connect(path)
@@ -135,8 +102,67 @@ def test_newer_schema_is_refused_untouched(tmp_path):
     assert path.read_bytes() == data
 
 
-def test_old_database_opened_read_only_points_at_migrate(tmp_path, monkeypatch):
-    path = _v1_db(tmp_path / "v1.db", monkeypatch, HISTORY)
+def test_old_database_opened_read_only_points_at_migrate(tmp_path, history_runs, v1_db):
+    path = v1_db(tmp_path / "v1.db", history_runs)
     with pytest.raises(schema.DatabaseError, match="mpsprobe migrate"):
         schema.open_db(path, readonly=True)
     assert schema.inspect(path) == 1
+
+
+@pytest.fixture(scope="session")
+def _shape(rows):
+    def _shape(path):
+        """Every table, index, trigger and view as SQLite keeps it, and each table's columns."""
+        found = {(r["type"], r["name"]): r["sql"] for r in rows(
+            path, "SELECT type, name, sql FROM sqlite_master WHERE name NOT LIKE 'sqlite_%'")}
+        for (kind, name) in list(found):
+            if kind == "table":
+                found[("columns", name)] = [tuple(c.values()) for c in rows(path, f"PRAGMA table_info('{name}')")]
+        return found
+    return _shape
+
+
+@pytest.mark.parametrize("name, version", [("schema1.db", 1), ("schema2.db", 2)])
+def test_databases_the_old_code_wrote_upgrade_to_what_a_new_one_is(tmp_path, name, version, _shape, rows, run_cli,
+                                                                  old_databases):
+    """tests/data holds databases written by mpsprobe as it shipped schemas 1 and 2
+    (a CPU sweep of add and abs; schema 2 also a `check --run` replay)."""
+    path = tmp_path / name
+    shutil.copy(old_databases / name, path)
+    assert schema.inspect(path) == version
+    before = rows(path, "SELECT * FROM results ORDER BY run_id, case_id")
+    runs_before = rows(path, "SELECT * FROM runs ORDER BY id")
+    result = run_cli("migrate", path)
+    assert result.exit_code == 0 and f"schema version {version} -> {schema.SCHEMA_VERSION}" in result.output
+    fresh = tmp_path / "fresh.db"
+    schema.open_db(fresh).conn.close()
+    assert _shape(path) == _shape(fresh)
+    after = rows(path, "SELECT * FROM results ORDER BY run_id, case_id")
+    assert [{k: r[k] for k in b} for r, b in zip(after, before)] == before   # ids and values kept
+    assert {r["pass"] for r in after} == {"forward"}
+    runs_after = rows(path, "SELECT * FROM runs ORDER BY id")
+    for old, new in zip(runs_before, runs_after):
+        assert {k: new[k] for k in old} == old
+        assert new["torch_version_key"] == version_key(new["torch_version"])
+        model = json.loads(old["options"]).get("source") == "model"
+        assert new["source"] == ("model" if model else "opinfo")
+    # The upgraded file answers like a new one: the run picker, the views, a new run.
+    conn = sqlite3.connect(path)
+    from mpsprobe.db.query import runs as runs_q
+    assert runs_q.pick_run(conn)["source"] == "opinfo"
+    assert {r[0] for r in conn.execute("SELECT status FROM op_dtype_status")} <= {"pass", "skip"}
+    conn.close()
+    result = run_cli("run", "--db", path, "--device", "cpu", "--ops", "add", "--dtypes", "float32",
+                     "--samples", 1, "--no-timing", "--workers", 1, "--fresh")
+    assert result.exit_code == 0, result.output
+
+
+def test_views_are_recreated_when_their_definitions_change(tmp_path, rows):
+    path = tmp_path / "v.db"
+    schema.open_db(path).conn.close()
+    edit = sqlite3.connect(path)
+    edit.executescript("DROP VIEW op_firsts; "
+                       "UPDATE mpsprobe_meta SET value = 'old' WHERE key = 'views';")
+    edit.close()
+    schema.open_db(path).conn.close()           # a writer brings the views back
+    assert rows(path, "SELECT count(*) AS n FROM op_firsts")[0]["n"] == 0

@@ -5,7 +5,6 @@ import subprocess
 import sys
 import time
 
-from conftest import results_count, rows
 
 OPS = "abs,neg,add,mul,sub,exp,sin,cos,tanh,sigmoid,floor,ceil"
 DTYPES = "float32,float64,int32,float16"
@@ -16,7 +15,7 @@ def command(db):
             "--ops", OPS, "--dtypes", DTYPES, "--samples", "3", "--no-timing", "--workers", "2"]
 
 
-def test_kill_parent_then_resume_records_every_case_once(tmp_path):
+def test_kill_parent_then_resume_records_every_case_once(tmp_path, results_count, rows):
     db = tmp_path / "resume.db"
     parent = subprocess.Popen(command(db), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                               start_new_session=True)

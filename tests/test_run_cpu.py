@@ -1,10 +1,8 @@
 """End to end on the CPU: the real probe over a small op subset, checked in the DB."""
 import json
 
-from conftest import rows, summary, run_cli
 
-
-def test_every_case_has_exactly_one_result(cpu_db):
+def test_every_case_has_exactly_one_result(cpu_db, rows):
     cases = rows(cpu_db, "SELECT id FROM cases")
     results = rows(cpu_db, "SELECT case_id FROM results")
     assert sorted(c["id"] for c in cases) == sorted(r["case_id"] for r in results)
@@ -12,7 +10,7 @@ def test_every_case_has_exactly_one_result(cpu_db):
     assert done == len(results)
 
 
-def test_cpu_against_itself_passes_or_skips_nondeterministic(cpu_db):
+def test_cpu_against_itself_passes_or_skips_nondeterministic(cpu_db, rows):
     statuses = rows(cpu_db, "SELECT op_id, status, check_kind FROM results")
     for r in statuses:
         if r["op_id"] == "empty_like":
@@ -21,7 +19,7 @@ def test_cpu_against_itself_passes_or_skips_nondeterministic(cpu_db):
             assert (r["status"], r["check_kind"]) == ("pass", "values"), r
 
 
-def test_run_records_where_it_was_measured(cpu_db):
+def test_run_records_where_it_was_measured(cpu_db, rows):
     import platform
     import torch
     run = rows(cpu_db, "SELECT * FROM runs")[0]
@@ -37,7 +35,7 @@ def test_run_records_where_it_was_measured(cpu_db):
     assert sum(counts.values()) == run["cases_total"] == len(rows(cpu_db, "SELECT * FROM results"))
 
 
-def test_cases_record_aten_ops_sample_and_timing(cpu_db):
+def test_cases_record_aten_ops_sample_and_timing(cpu_db, rows):
     conv = rows(cpu_db, "SELECT r.*, c.sample FROM results r JOIN cases c ON c.id = r.case_id "
                         "WHERE r.op_id = 'nn.functional.conv2d' AND r.dtype = 'float32'")
     assert conv
@@ -48,7 +46,7 @@ def test_cases_record_aten_ops_sample_and_timing(cpu_db):
         assert r["tol_atol"] == 1e-5 and r["max_abs_err"] is not None
 
 
-def test_rollup_view_takes_the_worst(cpu_db):
+def test_rollup_view_takes_the_worst(cpu_db, rows):
     rolled = rows(cpu_db, "SELECT * FROM op_dtype_status WHERE op_id = 'add'")
     assert {r["dtype"] for r in rolled} == {"float16", "float32", "int64"}
     assert all(r["status"] == "pass" and r["n_pass"] == r["n_cases"] for r in rolled)
@@ -56,7 +54,7 @@ def test_rollup_view_takes_the_worst(cpu_db):
     assert aten and all(r["status"] == "pass" for r in aten)
 
 
-def test_rerunning_the_same_command_adds_nothing(cpu_db):
+def test_rerunning_the_same_command_adds_nothing(cpu_db, rows, run_cli, summary):
     before = rows(cpu_db, "SELECT count(*) AS n FROM results")[0]["n"]
     result = run_cli("run", "--db", cpu_db, "--device", "cpu",
                      "--ops", "add,mul,nn.functional.conv2d,sum,empty_like,argmax",

@@ -1,18 +1,20 @@
 """The full-text index: built by migration 3 from existing rows, kept by triggers."""
+import pytest
+
 from mpsprobe.db import schema
 
-from conftest import rows
-from test_migrations import _v1_db
+
+@pytest.fixture(scope="session")
+def fts(rows):
+    def fts(path, query):
+        return {r["case_id"] for r in rows(
+            path, "SELECT r.case_id FROM results_fts JOIN results r ON r.rowid = results_fts.rowid "
+                  "WHERE results_fts MATCH ?", (query,))}
+    return fts
 
 
-def fts(path, query):
-    return {r["case_id"] for r in rows(
-        path, "SELECT r.case_id FROM results_fts JOIN results r ON r.rowid = results_fts.rowid "
-              "WHERE results_fts MATCH ?", (query,))}
-
-
-def test_migration_indexes_existing_rows_and_triggers_keep_it(tmp_path, monkeypatch):
-    path = _v1_db(tmp_path / "old.db", monkeypatch, {
+def test_migration_indexes_existing_rows_and_triggers_keep_it(tmp_path, fts, rows, v1_db):
+    path = v1_db(tmp_path / "old.db", {
         "r1": ("2.9.0", "15.1", {("nn.functional.max_pool2d", "float16"): "unsupported",
                                  ("add", "float32"): "pass"})})
     db = schema.open_db(path)  # migrates 1 -> 3

@@ -7,7 +7,6 @@ import pytest
 
 from mpsprobe.engine.sweep import SweepError, in_shard, parse_shard
 
-from conftest import FAKE_MPS, rows, run_cli
 
 # pass, fallback, mismatch and unsupported on the fake backend; both shards non-empty.
 OPS = "histc,bitwise_and,exp,add"
@@ -21,7 +20,7 @@ def test_parse_shard(text, expected):
 
 
 @pytest.mark.parametrize("text", ["0/2", "3/2", "1", "a/b", "1/0", "-1/2"])
-def test_bad_shards_are_refused(text, tmp_path):
+def test_bad_shards_are_refused(text, tmp_path, run_cli):
     with pytest.raises(SweepError):
         parse_shard(text)
     result = run_cli("run", "--shard", text, "--db", tmp_path / "x.db", "--ops", "add")
@@ -49,16 +48,19 @@ def test_shards_do_not_depend_on_the_process():
     assert len(outputs) == 1
 
 
-def _run(db, *extra):
-    result = run_cli("run", "--backend", FAKE_MPS, "--ops", OPS, "--dtypes", DTYPES,
-                     "--samples", 2, "--timeout", 3, "--no-timing", "--workers", 2,
-                     "--db", db, "--json", *extra)
-    assert result.exit_code == 0, result.output
-    return str(db)
+@pytest.fixture(scope="session")
+def _run(fake_mps, run_cli):
+    def _run(db, *extra):
+        result = run_cli("run", "--backend", fake_mps, "--ops", OPS, "--dtypes", DTYPES,
+                         "--samples", 2, "--timeout", 3, "--no-timing", "--workers", 2,
+                         "--db", db, "--json", *extra)
+        assert result.exit_code == 0, result.output
+        return str(db)
+    return _run
 
 
 @pytest.fixture(scope="module")
-def sweep(tmp_path_factory):
+def sweep(tmp_path_factory, _run, run_cli):
     """One unsharded run and the two shards of the same sweep, in three DBs, plus their merge."""
     where = tmp_path_factory.mktemp("shards")
     full = _run(where / "full.db")
@@ -69,15 +71,21 @@ def sweep(tmp_path_factory):
     return full, shards, merged
 
 
-def _case_statuses(db):
-    return {(r["case_id"], r["status"]) for r in rows(db, "SELECT case_id, status FROM results")}
+@pytest.fixture(scope="session")
+def _case_statuses(rows):
+    def _case_statuses(db):
+        return {(r["case_id"], r["status"]) for r in rows(db, "SELECT case_id, status FROM results")}
+    return _case_statuses
 
 
-def _pairs(db):
-    return {(r["op_id"], r["dtype"]) for r in rows(db, "SELECT op_id, dtype FROM results")}
+@pytest.fixture(scope="session")
+def _pairs(rows):
+    def _pairs(db):
+        return {(r["op_id"], r["dtype"]) for r in rows(db, "SELECT op_id, dtype FROM results")}
+    return _pairs
 
 
-def test_shards_are_disjoint_slices(sweep):
+def test_shards_are_disjoint_slices(sweep, _case_statuses, _pairs):
     full, shards, _ = sweep
     slices = [_case_statuses(db) for db in shards]
     assert all(slices) and not (slices[0] & slices[1])
@@ -86,7 +94,7 @@ def test_shards_are_disjoint_slices(sweep):
         assert _pairs(db) == {p for p in planned if in_shard({"op": p[0], "dtype": p[1]}, (i, 2))}
 
 
-def test_merged_shards_equal_the_unsharded_run(sweep):
+def test_merged_shards_equal_the_unsharded_run(sweep, _case_statuses, rows):
     full, _, merged = sweep
     assert _case_statuses(merged) == _case_statuses(full)
     assert len({s for _, s in _case_statuses(full)}) >= 4   # a meaningful mix of statuses
@@ -97,7 +105,7 @@ def test_merged_shards_equal_the_unsharded_run(sweep):
     assert by_sweep == by_run
 
 
-def test_shard_runs_form_one_sweep(sweep):
+def test_shard_runs_form_one_sweep(sweep, _case_statuses, rows, run_cli):
     full, shards, merged = sweep
     (one,) = rows(merged, "SELECT * FROM sweeps")
     assert (one["n_runs"], one["shard_count"], one["n_shards_present"]) == (2, 2, 2)
@@ -111,7 +119,7 @@ def test_shard_runs_form_one_sweep(sweep):
                       {"n_runs": 2, "shard_count": 2, "state": "complete"}]
 
 
-def test_one_missing_shard_leaves_the_sweep_partial(sweep, tmp_path):
+def test_one_missing_shard_leaves_the_sweep_partial(sweep, tmp_path, rows, run_cli):
     _, shards, _ = sweep
     only = str(tmp_path / "only.db")
     assert run_cli("merge", shards[0], "-o", only).exit_code == 0

@@ -17,58 +17,9 @@ import urllib.parse
 
 import pytest
 
-from conftest import FAKE_MPS, rows, run_cli
 from mpsprobe.vocabulary import STATUSES, WORKING
-from mpsprobe.engine.environment import version_key
+from mpsprobe.versions import version_key
 from mpsprobe.site import database_name, make_datasette
-
-OLD_TORCH, OLD_OS = "2.4.0", "14.2"
-# The older fake run: exp wrong in every dtype, add falls back, histc works.
-OLD_FAULTS = {"wrong": {"aten::exp": "float32"}, "fallback": ["aten::add.Tensor"],
-              "not_implemented": [], "abort": [], "hang": []}
-
-_built = {}
-
-
-def build_site_db(tmp_path_factory, fake_db, cpu_db):
-    """The site's fixture DB (built once per session, shared with the browser test)."""
-    if "path" in _built:
-        return _built["path"]
-    folder = tmp_path_factory.mktemp("site")
-    old_db, path = folder / "old.db", folder / "probe.db"
-    result = run_cli("run", "--db", old_db, "--backend", FAKE_MPS, "--ops", "add,exp,histc",
-                     "--dtypes", "float16,float32", "--samples", 2, "--no-timing",
-                     "--workers", 2, "--json", env={"FAKE_MPS": json.dumps(OLD_FAULTS)})
-    assert result.exit_code == 0, result.output
-    old_run = json.loads(result.output[result.output.index("{"):])["run_id"]
-    source = sqlite3.connect(fake_db)  # the backup API sees what is still in the WAL
-    conn = sqlite3.connect(path)
-    source.backup(conn)
-    source.close()
-    conn.execute("PRAGMA journal_mode = DELETE")  # one self-contained file, as served
-    with conn:
-        # The other runs come in as they were recorded, with results, cases and ops.
-        for other in (old_db, cpu_db):
-            conn.execute("ATTACH DATABASE ? AS other", [str(other)])
-            for table in ("runs", "ops", "cases", "results", "pairs_done"):
-                conn.execute(f"INSERT OR IGNORE INTO {table} SELECT * FROM other.{table}")
-            conn.commit()
-            conn.execute("DETACH DATABASE other")
-        conn.execute("UPDATE runs SET torch_version = ?, torch_version_key = ?, os_name = 'macOS',"
-                     " os_version = ? WHERE id = ?",
-                     [OLD_TORCH, version_key(OLD_TORCH), OLD_OS, old_run])
-        conn.execute("UPDATE runs SET os_name = 'macOS', os_version = '14.4' "
-                     "WHERE device = 'fake-mps' AND id != ?", [old_run])
-    conn.close()
-    _built["path"] = str(path)
-    _built["old_run"] = old_run
-    return str(path)
-
-
-@pytest.fixture(scope="module")
-def site_db(tmp_path_factory, fake_mps_db, cpu_db):
-    return build_site_db(tmp_path_factory, fake_mps_db, cpu_db)
-
 
 @pytest.fixture(scope="module")
 def ds(site_db):
@@ -90,12 +41,18 @@ def query_json(ds, db_path, name, **params):
     return get(ds, f"/{database_name(db_path)}/{name}.json?{urllib.parse.urlencode(params)}").json()
 
 
-def runs_by_device(db_path):
-    return {r["device"]: r for r in rows(db_path, "SELECT * FROM runs ORDER BY started")}
+@pytest.fixture(scope="session")
+def runs_by_device(rows):
+    def runs_by_device(db_path):
+        return {r["device"]: r for r in rows(db_path, "SELECT * FROM runs ORDER BY started")}
+    return runs_by_device
 
 
-def fake_runs(db_path):
-    return rows(db_path, "SELECT * FROM runs WHERE device = 'fake-mps' ORDER BY torch_version_key")
+@pytest.fixture(scope="session")
+def fake_runs(rows):
+    def fake_runs(db_path):
+        return rows(db_path, "SELECT * FROM runs WHERE device = 'fake-mps' ORDER BY torch_version_key")
+    return fake_runs
 
 
 def matrix_cells(page):
@@ -107,12 +64,15 @@ def matrix_cells(page):
     return cells
 
 
-def db_cells(db_path, run_id):
-    return {(r["op_id"], r["dtype"]): r["status"] for r in rows(
-        db_path, "SELECT op_id, dtype, status FROM op_dtype_status WHERE run_id = ?", [run_id])}
+@pytest.fixture(scope="session")
+def db_cells(rows):
+    def db_cells(db_path, run_id):
+        return {(r["op_id"], r["dtype"]): r["status"] for r in rows(
+            db_path, "SELECT op_id, dtype, status FROM op_dtype_status WHERE run_id = ?", [run_id])}
+    return db_cells
 
 
-def test_every_page_and_query_answers(ds, site_db):
+def test_every_page_and_query_answers(ds, site_db, rows):
     name = database_name(site_db)
     ops = [r["id"] for r in rows(site_db, "SELECT id FROM ops")]
     paths = ["/", f"/{name}", "/-/matrix", "/-/compare", "/mpsprobe-static/site.css",
@@ -125,7 +85,7 @@ def test_every_page_and_query_answers(ds, site_db):
         get(ds, path)
 
 
-def test_matrix_shows_every_measured_cell_with_its_status(ds, site_db):
+def test_matrix_shows_every_measured_cell_with_its_status(ds, site_db, db_cells, rows):
     for run in rows(site_db, "SELECT id FROM runs"):
         page = get(ds, f"/-/matrix?run={run['id']}").text
         expected = db_cells(site_db, run["id"])
@@ -135,23 +95,29 @@ def test_matrix_shows_every_measured_cell_with_its_status(ds, site_db):
             assert re.search(rf'st-{status}">{status}</span> <small>{n}</small>', page)
 
 
-def test_fixture_covers_the_statuses_the_site_colours(site_db):
+def test_fixture_covers_the_statuses_the_site_colours(site_db, rows):
     present = {r["status"] for r in rows(site_db, "SELECT DISTINCT status FROM results")}
     assert {"pass", "fallback", "mismatch", "unsupported", "crash", "timeout"} <= present
 
 
-def test_matrix_defaults_to_the_newest_non_cpu_run(ds, site_db):
-    newest = rows(site_db, "SELECT id FROM runs WHERE device != 'cpu' ORDER BY started DESC")[0]
+def test_matrix_defaults_to_the_run_pickers_run(ds, site_db, db_cells, rows):
+    """Not a CPU run; then the newest torch version (not the newest start: the
+    older torch's run was recorded last); then the newest run."""
+    newest = rows(site_db, "SELECT id FROM runs WHERE device != 'cpu' "
+                           "ORDER BY torch_version_key DESC, started DESC")[0]
     assert matrix_cells(get(ds, "/-/matrix").text) == db_cells(site_db, newest["id"])
+    last_started = rows(site_db, "SELECT id FROM runs ORDER BY started DESC")[0]
+    assert last_started["id"] != newest["id"]
 
 
-def test_matrix_picks_a_run_by_torch_os_and_device(ds, site_db):
-    old = rows(site_db, "SELECT id FROM runs WHERE torch_version = ?", [OLD_TORCH])[0]
-    page = get(ds, f"/-/matrix?torch={OLD_TORCH[:3]}&os=14&device=fake-mps").text
+def test_matrix_picks_a_run_by_torch_os_and_device(ds, site_db, db_cells, rows, site_old_run):
+    old_torch = site_old_run[0]
+    old = rows(site_db, "SELECT id FROM runs WHERE torch_version = ?", [old_torch])[0]
+    page = get(ds, f"/-/matrix?torch={old_torch[:3]}&os=14&device=fake-mps").text
     assert matrix_cells(page) == db_cells(site_db, old["id"])
 
 
-def test_matrix_filters_by_op_and_status(ds, site_db):
+def test_matrix_filters_by_op_and_status(ds, site_db, db_cells, fake_runs):
     run = fake_runs(site_db)[-1]["id"]
     cells = db_cells(site_db, run)
     by_op = matrix_cells(get(ds, f"/-/matrix?run={run}&op=hist").text)
@@ -164,7 +130,7 @@ def test_matrix_filters_by_op_and_status(ds, site_db):
         assert shown == {op for (op, _), s in cells.items() if s == status}
 
 
-def test_cell_link_lists_the_cases_behind_it(ds, site_db):
+def test_cell_link_lists_the_cases_behind_it(ds, site_db, db_cells, fake_runs, rows):
     run = fake_runs(site_db)[-1]["id"]
     for (op_id, dtype) in db_cells(site_db, run):
         got = query_json(ds, site_db, "cell_cases", run_id=run, op_id=op_id, dtype=dtype)
@@ -175,7 +141,7 @@ def test_cell_link_lists_the_cases_behind_it(ds, site_db):
         assert all(r["sample"] for r in got)
 
 
-def test_op_page_shows_history_across_versions(ds, site_db):
+def test_op_page_shows_history_across_versions(ds, site_db, rows):
     runs = rows(site_db, "SELECT * FROM runs")
     for op in ("exp", "add", "histc"):
         page = get(ds, f"/-/op/{op}").text
@@ -189,7 +155,7 @@ def test_op_page_shows_history_across_versions(ds, site_db):
             assert f'class="st-{status}"' in page
 
 
-def test_op_page_says_since_when_an_op_works(ds, site_db):
+def test_op_page_says_since_when_an_op_works(ds, site_db, db_cells, fake_runs):
     fake = fake_runs(site_db)
     old, new = fake[0], fake[-1]
     for dtype in ("float16", "float32"):
@@ -203,7 +169,7 @@ def test_op_page_says_since_when_an_op_works(ds, site_db):
             assert line.startswith(f"{after} in torch {new['torch_version']}")
 
 
-def test_compare_lists_only_differing_cells_with_regressions_and_fixes(ds, site_db):
+def test_compare_lists_only_differing_cells_with_regressions_and_fixes(ds, site_db, db_cells, fake_runs, runs_by_device):
     devices = runs_by_device(site_db)
     cpu, fake = devices["cpu"]["id"], fake_runs(site_db)[-1]["id"]
     a, b = db_cells(site_db, cpu), db_cells(site_db, fake)
@@ -224,7 +190,7 @@ def test_compare_lists_only_differing_cells_with_regressions_and_fixes(ds, site_
             assert back_kinds[(op, dtype)] == "fix"
 
 
-def test_canned_fallbacks_and_unsupported(ds, site_db):
+def test_canned_fallbacks_and_unsupported(ds, site_db, rows):
     got = query_json(ds, site_db, "fallbacks")
     want = rows(site_db, "SELECT run_id, op_id, dtype FROM op_dtype_status WHERE n_fallback > 0")
     assert want and sorted((r["run_id"], r["op_id"], r["dtype"]) for r in got) == \
@@ -236,7 +202,7 @@ def test_canned_fallbacks_and_unsupported(ds, site_db):
         sorted((r["run_id"], r["op_id"]) for r in want)
 
 
-def test_canned_slowest_vs_cpu(ds, site_db):
+def test_canned_slowest_vs_cpu(ds, site_db, rows):
     got = query_json(ds, site_db, "slowest_vs_cpu")
     want = rows(site_db, "SELECT run_id, op_id, dtype, mean_speedup FROM op_dtype_status "
                 "WHERE mean_speedup < 1 ORDER BY mean_speedup")
@@ -244,7 +210,7 @@ def test_canned_slowest_vs_cpu(ds, site_db):
         [(r["run_id"], r["op_id"], r["dtype"]) for r in want]
 
 
-def test_canned_first_pass_version(ds, site_db):
+def test_canned_first_pass_version(ds, site_db, rows):
     got = query_json(ds, site_db, "first_pass_version")
     measured = rows(site_db, "SELECT s.op_id, s.dtype, r.device, r.torch_version, s.status "
                     "FROM op_dtype_status s JOIN runs r ON r.id = s.run_id")
@@ -261,8 +227,10 @@ def test_canned_first_pass_version(ds, site_db):
     assert shown == firsts
 
 
-def test_canned_check_ops_takes_a_pasted_list(ds, site_db):
-    newest = rows(site_db, "SELECT id FROM runs ORDER BY started DESC")[0]["id"]
+def test_canned_check_ops_takes_a_pasted_list(ds, site_db, db_cells, rows):
+    # By default, the run picker's run (the matrix's default), not a second choice in SQL.
+    newest = rows(site_db, "SELECT id FROM runs WHERE device != 'cpu' "
+                           "ORDER BY torch_version_key DESC, started DESC")[0]["id"]
     got = query_json(ds, site_db, "check_ops", ops="add, histc\nno_such_op")
     cells = db_cells(site_db, newest)
     assert {(r["op_id"], r["dtype"], r["status"]) for r in got if r["status"]} == \
@@ -270,7 +238,7 @@ def test_canned_check_ops_takes_a_pasted_list(ds, site_db):
     assert [r for r in got if r["op_id"] == "no_such_op"][0]["status"] is None
 
 
-def test_search_is_full_text_over_ops_aten_ops_and_messages(ds, site_db):
+def test_search_is_full_text_over_ops_aten_ops_and_messages(ds, site_db, rows):
     got = query_json(ds, site_db, "search", q="histc")
     expected = rows(site_db, "SELECT run_id, case_id FROM results WHERE op_id LIKE '%histc%' "
                     "OR aten_op LIKE '%histc%' OR message LIKE '%histc%' "
@@ -300,14 +268,14 @@ def test_search_without_the_index_falls_back_to_substrings(site_db, tmp_path):
     assert {r["kind"] for r in got} == {"op", "aten op", "message"}
 
 
-def test_csv_export_still_works(ds, site_db):
+def test_csv_export_still_works(ds, site_db, rows):
     text = get(ds, f"/{database_name(site_db)}/fallbacks.csv").text
     lines = text.strip().splitlines()
     assert lines[0].startswith("op_id,dtype,status")
     assert len(lines) - 1 == len(rows(site_db, "SELECT 1 FROM op_dtype_status WHERE n_fallback > 0"))
 
 
-def test_status_colours_in_plain_table_views(ds, site_db):
+def test_status_colours_in_plain_table_views(ds, site_db, rows):
     name = database_name(site_db)
     for status in {r["status"] for r in rows(site_db, "SELECT DISTINCT status FROM results")}:
         page = get(ds, f"/{name}/results?status={status}").text
@@ -335,7 +303,7 @@ def test_declared_status_is_a_matrix_choice_and_looks_different(ds, site_db, tmp
     assert sorted(cells) == ["pass", "unsupported"]
 
 
-def test_pages_work_without_the_optional_views(site_db, tmp_path):
+def test_pages_work_without_the_optional_views(site_db, tmp_path, db_cells, fake_runs):
     path = tmp_path / "bare.db"
     shutil.copy(site_db, path)
     conn = sqlite3.connect(path)
@@ -362,7 +330,7 @@ def test_site_never_writes_the_database(site_db, ds):
     assert get(ds, "/-/settings.json").json()["sql_time_limit_ms"] > 0
 
 
-def test_serve_refuses_what_it_cannot_show(tmp_path):
+def test_serve_refuses_what_it_cannot_show(tmp_path, run_cli):
     result = run_cli("serve", tmp_path / "missing.db")
     assert result.exit_code == 2 and "does not exist" in result.output
     not_db = tmp_path / "notes.db"
@@ -371,7 +339,7 @@ def test_serve_refuses_what_it_cannot_show(tmp_path):
     assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1
 
 
-def test_publish_passes_the_site_files_to_datasette(site_db):
+def test_publish_passes_the_site_files_to_datasette(site_db, run_cli):
     result = run_cli("publish", site_db, "cloudrun", "--dry-run", "--", "--service", "probe")
     assert result.exit_code == 0, result.output
     command = result.output.split()

@@ -1,1 +1,12 @@
-"""The schema's numbered migrations, append-only."""
+"""The schema's numbered migrations, append-only.
+
+MIGRATIONS[i] takes a database from schema version i to i + 1. A step runs
+inside the migration's one transaction (db/schema.py): it must not commit (no
+`with db.conn:`); nested sqlite-utils calls use savepoints, which is fine.
+A shipped step never changes: a change to the schema is a new step. Views are
+not migrated: db/views.py recreates them after the last step.
+"""
+from . import m001_initial, m002_history, m003_search, m004_declared, m005_passes
+
+MIGRATIONS = [m001_initial.migrate, m002_history.migrate, m003_search.migrate,
+              m004_declared.migrate, m005_passes.migrate]

@@ -1,4 +1,4 @@
-"""Full-text search over results: op ids, aten ops, fallbacks and messages.
+"""Schema 2 -> 3: full-text search over results: op ids, aten ops, fallbacks and messages.
 
 The index is kept by triggers, so every writer (a run, a merge) maintains it
 and the read-only site only ever queries it. Datasette finds it by its
@@ -8,7 +8,7 @@ and the read-only site only ever queries it. Datasette finds it by its
 COLUMNS = ("op_id", "dtype", "status", "aten_op", "fallback_ops", "aten_ops", "message", "reason")
 
 
-def migrate_3(db):
+def migrate(db):
     cols = ", ".join(COLUMNS)
     new = ", ".join(f"new.{c}" for c in COLUMNS)
     old = ", ".join(f"old.{c}" for c in COLUMNS)

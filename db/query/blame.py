@@ -1,4 +1,4 @@
-"""Answering per aten op and dtype from a probe run: does it work on the target?
+"""Blame: answering per aten op and dtype from a probe run, does it work on the target?
 
 A probe case dispatches several aten ops and passes or fails as a whole, so a
 failing case must not condemn every op it touched. The rules:
@@ -22,14 +22,9 @@ import statistics
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
-from mpsprobe.vocabulary import RANK
-
-BROKEN = ("unsupported", "error", "timeout", "crash")
-FAILED = ("mismatch",) + BROKEN
-
-
-class LookupError_(Exception):
-    """No usable run to answer from: one line for the user."""
+from mpsprobe.vocabulary import (BROKEN, FAILED, FALLBACK, MISMATCH, OK, PASS, RANK, SKIP,
+                                 UNCHECKED, UNKNOWN, UNSUPPORTED)
+from . import rows as _rows
 
 
 @dataclass
@@ -49,54 +44,6 @@ class Evidence:
     @property
     def failures(self):
         return self.blamed + self.inferred
-
-
-def _rows(conn, sql, params=()):
-    cursor = conn.execute(sql, params)
-    names = [d[0] for d in cursor.description]
-    return [dict(zip(names, row)) for row in cursor.fetchall()]
-
-
-def runs(conn):
-    """Every run with results, newest first."""
-    return _rows(conn, """
-        SELECT runs.*, (SELECT count(*) FROM results WHERE run_id = runs.id) AS n_results
-        FROM runs ORDER BY started DESC""")
-
-
-def choose_run(conn, run_id=None, torch=None, macos=None, device=None):
-    """The run to answer from: by id, else the newest matching the filters
-    (torch version prefix, macOS version prefix, device), preferring MPS runs."""
-    all_runs = [r for r in runs(conn) if r["n_results"]]
-    if not all_runs:
-        raise LookupError_("the database holds no probe results: run `mpsprobe run` first")
-    if run_id:
-        found = [r for r in all_runs if r["id"].startswith(run_id)]
-        if len(found) != 1:
-            raise LookupError_(f"no run {run_id!r} in the database" if not found
-                               else f"run id {run_id!r} is ambiguous")
-        return found[0]
-    wanted = all_runs
-    if torch:
-        wanted = [r for r in wanted if _version_match(r["torch_version"], torch)]
-    if macos:
-        wanted = [r for r in wanted if r["os_name"] == "macOS"
-                  and _version_match(r["os_version"], macos)]
-    if device and device != "auto":
-        wanted = [r for r in wanted if r["device"] == device
-                  or r["device"].split(":")[0] == device]
-    if not wanted:
-        have = sorted({f"{r['device']}, torch {r['torch_version']}, "
-                       f"{r['os_name']} {r['os_version'] or ''}".strip() for r in all_runs})
-        raise LookupError_(f"no run matches those filters; the database has: {'; '.join(have)}")
-    mps = [r for r in wanted if r["device"].startswith("mps")]
-    return (mps or wanted)[0]
-
-
-def _version_match(version, prefix):
-    """'2.5.1+cpu' matches '2.5' and '2.5.1', not '2.50'."""
-    version = (version or "").split("+")[0]
-    return version == prefix or version.startswith(prefix + ".")
 
 
 def _json_list(text):
@@ -122,24 +69,24 @@ def evidence(conn, run_id, dtypes=None):
         for op in ops:
             found[op, dtype].via.add(r["op_id"])
         for op in fell_back:
-            found[op, dtype].blamed["fallback"] += 1
+            found[op, dtype].blamed[FALLBACK] += 1
             found[op, dtype].via.add(r["op_id"])
-        if status == "pass" or (status == "skip" and r["check_kind"] == "shape"):
-            kind = "good" if status == "pass" else "unchecked"
+        if status == PASS or (status == SKIP and r["check_kind"] == "shape"):
+            kind = "good" if status == PASS else "unchecked"
             for op in ops:
                 setattr(found[op, dtype], kind, getattr(found[op, dtype], kind) + 1)
-                if status == "pass":
+                if status == PASS:
                     found[op, dtype].good_via.add(r["op_id"])
-            if status == "pass" and len(ops) == 1 and r["target_ms"] is not None:
+            if status == PASS and len(ops) == 1 and r["target_ms"] is not None:
                 found[ops[0], dtype].timings.append((r["ref_ms"], r["target_ms"]))
-        elif status == "fallback":
+        elif status == FALLBACK:
             others = [op for op in ops if op not in fell_back]
             if set(fell_back) <= set(ops):
                 for op in others:
                     found[op, dtype].good += 1
                     found[op, dtype].good_via.add(r["op_id"])
             else:  # the target decomposed one of `others` into what fell back
-                unplaced.append((others, dtype, "fallback", r["op_id"]))
+                unplaced.append((others, dtype, FALLBACK, r["op_id"]))
         elif status in FAILED:
             named = r["aten_op"]
             if named:
@@ -175,30 +122,30 @@ def verdict(ev):
     class: ok | unchecked | fallback | mismatch | unsupported | unknown
     """
     if ev is None or not ev.via:
-        return "unknown", None, "never probed"
+        return UNKNOWN, None, "never probed"
     if not (ev.good or ev.unchecked or ev.failures or ev.suspect or ev.input_specific):
-        return "unknown", None, "only in probe cases that failed on another op"
+        return UNKNOWN, None, "only in probe cases that failed on another op"
     failures = ev.failures
     broken = [s for s in BROKEN if failures[s]]
     passes = f"; passes in {ev.good} other case(s): depends on the arguments" if ev.good else ""
     how = "" if ev.blamed else " (the only op of a failing case not seen working elsewhere)"
     if broken:
         status = max(broken, key=RANK.get)
-        return "unsupported", status, f"{status}{how}{passes}"
-    if failures["fallback"]:
-        return "fallback", "fallback", f"falls back to the CPU{how}{passes}"
-    if failures["mismatch"]:
-        return "mismatch", "mismatch", f"wrong numbers{how}{passes}"
+        return UNSUPPORTED, status, f"{status}{how}{passes}"
+    if failures[FALLBACK]:
+        return FALLBACK, FALLBACK, f"falls back to the CPU{how}{passes}"
+    if failures[MISMATCH]:
+        return MISMATCH, MISMATCH, f"wrong numbers{how}{passes}"
     caveat = ""
     if ev.input_specific:
         caveat = "; " + ", ".join(f"{n} {s}" for s, n in ev.input_specific.items()) + \
                  " case(s) with other inputs"
     if ev.good:
-        return "ok", "pass", f"passes in {ev.good} probe case(s){caveat}"
+        return OK, PASS, f"passes in {ev.good} probe case(s){caveat}"
     if ev.unchecked:
-        return "unchecked", "skip", f"runs natively; values not checkable (nondeterministic){caveat}"
+        return UNCHECKED, SKIP, f"runs natively; values not checkable (nondeterministic){caveat}"
     suspects = ", ".join(f"{n} {s}" for s, n in ev.suspect.items())
-    return "unknown", None, f"only seen in failing cases ({suspects}) among other unproven ops"
+    return UNKNOWN, None, f"only seen in failing cases ({suspects}) among other unproven ops"
 
 
 def timing(ev):
@@ -212,16 +159,3 @@ def timing(ev):
 def other_dtypes(found, op, dtype):
     """The dtypes, other than `dtype`, in which `op` was probed."""
     return sorted(d for (o, d) in found if o == op and d != dtype)
-
-
-def aten_op_status(conn, run_id, pairs):
-    """Rows of the aten_op_status view for (aten op, dtype) pairs of one run."""
-    if not pairs:
-        return {}
-    wanted = json.dumps([list(p) for p in pairs])
-    rows = _rows(conn, """
-        SELECT v.* FROM aten_op_status AS v
-        JOIN json_each(?) AS w
-          ON v.aten_op = json_extract(w.value, '$[0]') AND v.dtype = json_extract(w.value, '$[1]')
-        WHERE v.run_id = ?""", [wanted, run_id])
-    return {(r["aten_op"], r["dtype"]): r for r in rows}

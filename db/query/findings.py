@@ -15,54 +15,47 @@ measured support (pass, mismatch, skip: supported; unsupported or a CPU
 fallback: not) agrees with the declared support. Errors, crashes and timeouts
 decide nothing and are counted apart. For a CUDA run against OpInfo's CUDA
 dtypes this checks the probe itself against PyTorch's own table.
+
+`mpsprobe findings` and the site's /-/findings page both call `report`.
 """
 import json
 from collections import defaultdict
+from dataclasses import dataclass
 
-from mpsprobe.db import declared as declared_db
-
-KINDS = {
-    "stale_xfail": "declared failing but passes",
-    "undeclared_failure": "declared fine but fails",
-    "composite_passes": "no MPS kernel, yet passes natively",
-}
-
-MEASURED_SUPPORTED = ("pass", "mismatch", "skip")
-MEASURED_UNSUPPORTED = ("unsupported", "fallback")
-DECLARED_SUPPORTED = ("pass", "mismatch")
-DECLARED_FAILING = ("unsupported", "mismatch", "error")
-FAILING = ("fallback", "mismatch", "unsupported", "error", "crash", "timeout")
+from mpsprobe.errors import MpsprobeError
+from mpsprobe.vocabulary import (ERROR, FAILING, FALLBACK, FORWARD, MISMATCH, PASS,
+                                 PASS_COLUMN, SKIP, UNSUPPORTED)
+from . import declared, rows, view
+from .runs import pick_run
 
 
-class FindingsError(Exception):
+@dataclass(frozen=True)
+class Kind:
+    name: str
+    title: str       # a heading
+    summary: str     # what the report says of one
+    why: str         # what it is worth
+
+
+KINDS = (
+    Kind("stale_xfail", "Declared failing, yet passes", "declared failing but passes",
+         "An expected failure that no longer holds: worth a pull request upstream."),
+    Kind("undeclared_failure", "Declared fine, yet fails", "declared fine but fails",
+         "A failure PyTorch does not list: worth an issue upstream."),
+    Kind("composite_passes", "No MPS kernel, yet passes natively",
+         "no MPS kernel, yet passes natively",
+         "The aten function is composite and decomposes into ops MPS has kernels for."),
+)
+
+MEASURED_SUPPORTED = (PASS, MISMATCH, SKIP)
+MEASURED_UNSUPPORTED = (UNSUPPORTED, FALLBACK)
+DECLARED_SUPPORTED = (PASS, MISMATCH)
+DECLARED_UNSUPPORTED = (UNSUPPORTED,)
+DECLARED_FAILING = (UNSUPPORTED, MISMATCH, ERROR)
+
+
+class FindingsError(MpsprobeError):
     """No run, or no declaration to compare it with: one line for the user."""
-
-
-def declared_device(run_device):
-    """Which declaration a run on `run_device` is compared with (None: none fits)."""
-    device = (run_device or "").split(":", 1)[0]
-    if device in ("mps", "fake-mps"):
-        return "mps"
-    if device == "cuda":
-        return "cuda"
-    return None
-
-
-def pick_run(db, run_id=None):
-    if "runs" not in db.table_names():
-        raise FindingsError("the database holds no runs")
-    if run_id:
-        rows = list(db.query("SELECT * FROM runs WHERE id LIKE ? ORDER BY started DESC",
-                             [run_id + "%"]))
-        if not rows:
-            raise FindingsError(f"no run {run_id!r} in the database")
-        if len(rows) > 1 and rows[0]["id"] != run_id:
-            raise FindingsError(f"{run_id!r} names {len(rows)} runs: give more of the id")
-        return rows[0]
-    rows = list(db.query("SELECT * FROM runs ORDER BY started DESC LIMIT 1"))
-    if not rows:
-        raise FindingsError("the database holds no runs")
-    return rows[0]
 
 
 def _support(status, supported, unsupported):
@@ -73,15 +66,15 @@ def _support(status, supported, unsupported):
     return None
 
 
-def _measured(db, run_id):
-    pairs = {(r["op_id"], r["dtype"]): r for r in db.query(
-        "SELECT op_id, dtype, status, n_cases, n_pass FROM op_dtype_status WHERE run_id = ?",
-        [run_id])}
+def _measured(conn, run_id):
+    pairs = {(r["op_id"], r["dtype"]): r for r in rows(
+        conn, f"SELECT op_id, dtype, status, n_cases, n_{PASS} FROM {view(conn, 'op_dtype_status')} "
+              f"WHERE run_id = ? AND {PASS_COLUMN} = ?", [run_id, FORWARD])}
     aten_ops = defaultdict(dict)
     reasons = {}
-    for r in db.query(
-            "SELECT op_id, dtype, status, reason, aten_op, message, aten_ops FROM results "
-            "WHERE run_id = ? ORDER BY case_id", [run_id]):
+    for r in rows(conn, "SELECT op_id, dtype, status, reason, aten_op, message, aten_ops "
+                        f"FROM results WHERE run_id = ? AND {PASS_COLUMN} = ? ORDER BY case_id",
+                  [run_id, FORWARD]):
         key = (r["op_id"], r["dtype"])
         for name in json.loads(r["aten_ops"] or "[]"):
             aten_ops[key][name] = None
@@ -90,20 +83,18 @@ def _measured(db, run_id):
     return pairs, aten_ops, reasons
 
 
-def _kernels(db, version):
+def _kernels(conn, version):
     """{base aten name: (has MPS kernel, composite kinds)} for one torch version.
 
     A function without an MPS kernel that is not composite cannot run natively
     on MPS at all, so only composite ones can be `composite_passes`.
     """
-    if not version or "declared_kernels" not in db.table_names():
+    if not version:
         return {}
-    out = {}
-    for r in db.query("SELECT name, max(has_mps) AS has_mps, group_concat(DISTINCT composite) "
-                      "AS composite FROM declared_kernels WHERE torch_version = ? GROUP BY name",
-                      [version]):
-        out[r["name"]] = (bool(r["has_mps"]), r["composite"])
-    return out
+    return {r["name"]: (bool(r["has_mps"]), r["composite"]) for r in rows(
+        conn, "SELECT name, max(has_mps) AS has_mps, group_concat(DISTINCT composite) "
+              "AS composite FROM declared_kernels WHERE torch_version = ? GROUP BY name",
+        [version])}
 
 
 def _why(reason_row):
@@ -115,49 +106,49 @@ def _why(reason_row):
     return " ".join(p for p in parts if p)
 
 
-def compare(db, run_id=None, against=None):
-    """The findings and agreement rate of one run (default: the newest) as a dict."""
-    run = pick_run(db, run_id)
-    device = against or declared_device(run["device"])
+def report(conn, run_id=None, against=None):
+    """The findings and agreement rate of one run (default: the run picker's) as a dict."""
+    run = pick_run(conn, run_id=run_id)
+    device = against or declared.declared_device(run["device"])
     if device is None:
         raise FindingsError(
             f"run {run['id'][:12]} is on {run['device']!r}, which declares nothing; "
             "choose a declaration with --against mps or --against cuda")
-    version = declared_db.match_version(declared_db.versions(db, device), run["torch_version"])
+    version = declared.version_for(conn, device, run["torch_version"])
     if version is None:
         hint = "mpsprobe declared" + (" --opinfo-cuda" if device == "cuda" else "")
         raise FindingsError(
             f"no {device} declarations for torch {run['torch_version']} in the database: "
             f"record them with `{hint}`")
-    declared = {(r["op_id"], r["dtype"]): r for r in db.query(
-        "SELECT op_id, dtype, status, source, note FROM declared "
-        "WHERE torch_version = ? AND device = ?", [version, device])}
-    measured, aten_ops, reasons = _measured(db, run["id"])
-    kernels = _kernels(db, declared_db.match_version(
-        declared_db.kernel_versions(db), run["torch_version"]))
-    aten_names = {r["id"]: r["aten_name"] for r in db.query("SELECT id, aten_name FROM ops")}
+    declared_rows = {(r["op_id"], r["dtype"]): r for r in rows(
+        conn, "SELECT op_id, dtype, status, source, note FROM declared "
+              "WHERE torch_version = ? AND device = ?", [version, device])}
+    measured, aten_ops, reasons = _measured(conn, run["id"])
+    kernels = _kernels(conn, declared.same_release(declared.kernel_versions(conn),
+                                                   run["torch_version"]))
+    aten_names = {r["id"]: r["aten_name"] for r in rows(conn, "SELECT id, aten_name FROM ops")}
 
     findings = []
     agreement = {"agree": 0, "disagree": 0, "undetermined": 0, "undeclared": 0,
                  "disagreements": []}
     for (op, dtype), m in sorted(measured.items()):
-        d = declared.get((op, dtype))
+        d = declared_rows.get((op, dtype))
         if d is None:
             agreement["undeclared"] += 1
             continue
         status, dstatus = m["status"], d["status"]
         base = {"op_id": op, "dtype": dtype, "measured": status, "declared": dstatus,
                 "source": d["source"], "n_cases": m["n_cases"]}
-        if dstatus in DECLARED_FAILING and status == "pass":
+        if dstatus in DECLARED_FAILING and status == PASS:
             findings.append(dict(base, kind="stale_xfail", explanation=(
                 f"declared {dstatus} by {d['source']}, yet all {m['n_cases']} cases pass: "
                 f"the expectation looks stale")))
-        elif dstatus == "pass" and status in FAILING:
+        elif dstatus == PASS and status in FAILING:
             why = _why(reasons.get((op, dtype)))
             findings.append(dict(base, kind="undeclared_failure", explanation=(
                 f"declared to work ({d['source']}), yet {status}" + (f": {why}" if why else ""))))
         aten = aten_names.get(op)
-        if device == "mps" and status == "pass" and aten in kernels \
+        if device == "mps" and status == PASS and aten in kernels \
                 and not kernels[aten][0] and kernels[aten][1]:
             used = [a for a in aten_ops.get((op, dtype), {}) if a != f"aten::{aten}"
                     and not a.startswith(f"aten::{aten}.")]
@@ -167,7 +158,7 @@ def compare(db, run_id=None, against=None):
                 + (f" via {', '.join(used[:6])}" + ("…" if len(used) > 6 else "") if used else ""))))
 
         ms = _support(status, MEASURED_SUPPORTED, MEASURED_UNSUPPORTED)
-        ds = _support(dstatus, DECLARED_SUPPORTED, ("unsupported",))
+        ds = _support(dstatus, DECLARED_SUPPORTED, DECLARED_UNSUPPORTED)
         if ms is None or ds is None:
             agreement["undetermined"] += 1
         elif ms == ds:
@@ -175,13 +166,13 @@ def compare(db, run_id=None, against=None):
         else:
             agreement["disagree"] += 1
             agreement["disagreements"].append(dict(base, explanation=(
-                f"declared {'supported' if ds else 'unsupported'} ({d['source']}), "
+                f"declared {'supported' if ds else UNSUPPORTED} ({d['source']}), "
                 f"measured {status}")))
     decided = agreement["agree"] + agreement["disagree"]
     agreement["rate"] = agreement["agree"] / decided if decided else None
-    counts = {kind: sum(f["kind"] == kind for f in findings) for kind in KINDS}
+    counts = {k.name: sum(f["kind"] == k.name for f in findings) for k in KINDS}
     return {
         "run": {k: run[k] for k in ("id", "device", "device_name", "torch_version", "state")},
-        "declared": {"device": device, "torch_version": version, "pairs": len(declared)},
+        "declared": {"device": device, "torch_version": version, "pairs": len(declared_rows)},
         "counts": counts, "findings": findings, "agreement": agreement,
     }

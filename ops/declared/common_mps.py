@@ -19,6 +19,8 @@ import ast
 import itertools
 from dataclasses import dataclass, field
 
+from mpsprobe.errors import MpsprobeError
+
 MODIFIERS = {
     "forward": "mps_ops_modifier",
     "grad": "mps_ops_grad_modifier",
@@ -42,7 +44,7 @@ MACOS_NAMES = ("MACOS_VERSION", "product_version")
 LOOP_NAMES = {"xfail_exclusion": [], "sparse": False, "device_type": "mps"}
 
 
-class CommonMpsError(Exception):
+class CommonMpsError(MpsprobeError):
     """The file is not a readable common_mps.py (or test_mps.py) of any known shape."""
 
 

@@ -15,6 +15,8 @@ import re
 
 import yaml
 
+from mpsprobe.errors import MpsprobeError
+
 COMPOSITE_KEYS = {
     "CompositeImplicitAutograd": "implicit",
     "CompositeImplicitAutogradNestedTensor": "implicit",
@@ -25,7 +27,7 @@ COMPOSITE_KEYS = {
 _FUNC_NAME = re.compile(r"^\s*([\w.]+)\s*\(")
 
 
-class NativeFunctionsError(Exception):
+class NativeFunctionsError(MpsprobeError):
     """native_functions.yaml cannot be read as torchgen's format."""
 
 

@@ -9,11 +9,13 @@ import os
 import zipfile
 from dataclasses import dataclass
 
+from mpsprobe.errors import MpsprobeError
+
 NATIVE_FUNCTIONS = "torchgen/packaged/ATen/native/native_functions.yaml"
 COMMON_MPS = "torch/testing/_internal/common_mps.py"
 
 
-class WheelError(Exception):
+class WheelError(MpsprobeError):
     """The path is not a readable torch wheel."""
 
 

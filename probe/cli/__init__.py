@@ -1,34 +1,42 @@
-"""The `mpsprobe` command line: a thin layer over the Python API.
+"""The `mpsprobe` command line: a thin layer over the Python API (mpsprobe.api).
 
-Each subcommand lives in its own module under mpsprobe.cli and is only
-imported when used, so `mpsprobe --help` stays fast and no command pays for
-another's imports (torch, Datasette).
+Each subcommand lives in its own module in this package and is only imported
+when used, so `mpsprobe --help` stays fast and no command pays for another's
+imports (torch, Datasette). What the commands print is formatted in
+cli/output.py. Any MpsprobeError a command raises becomes one line on stderr
+and exit status 2, here and only here (MpsprobeGroup.invoke).
 """
 import importlib
 
 import click
 
 import mpsprobe
+from mpsprobe.errors import MpsprobeError
 
 COMMANDS = {
     "run": "mpsprobe.cli.run:run",
     "envs": "mpsprobe.cli.envs:envs",
     "merge": "mpsprobe.cli.merge:merge",
-    "migrate": "mpsprobe.cli.merge:migrate",
+    "migrate": "mpsprobe.cli.migrate:migrate",
     "serve": "mpsprobe.cli.serve:serve",
-    "publish": "mpsprobe.cli.serve:publish",
+    "publish": "mpsprobe.cli.publish:publish",
     "check": "mpsprobe.cli.check:check",
     "declared": "mpsprobe.cli.declared:declared",
-    "findings": "mpsprobe.cli.declared:findings",
+    "findings": "mpsprobe.cli.findings:findings",
 }
 
 
-class UserError(click.ClickException):
-    """Bad input: printed as one line, exit status 2, nothing written."""
+class UserError(MpsprobeError):
+    """Bad input found by a command itself: one line, exit status 2, nothing written."""
+
+
+class _OneLine(click.ClickException):
     exit_code = 2
 
 
-class LazyGroup(click.Group):
+class MpsprobeGroup(click.Group):
+    """Loads commands lazily; turns every MpsprobeError into one line and exit 2."""
+
     def list_commands(self, ctx):
         return sorted(COMMANDS)
 
@@ -38,8 +46,15 @@ class LazyGroup(click.Group):
         module, _, attr = COMMANDS[name].partition(":")
         return getattr(importlib.import_module(module), attr)
 
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except MpsprobeError as e:
+            text = str(e).strip().splitlines()
+            raise _OneLine(text[0] if text else type(e).__name__) from None
 
-@click.group(cls=LazyGroup)
+
+@click.group(cls=MpsprobeGroup)
 @click.version_option(mpsprobe.__version__, prog_name="mpsprobe")
 def cli():
     """Measure which PyTorch ops work on Apple's MPS backend (or any device),

@@ -1,16 +1,7 @@
 """`mpsprobe envs`: the cached torch environments that `run --torch` builds."""
-import json
-
 import click
 
-from mpsprobe.cli import UserError
-
-
-def _size(n):
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
+from mpsprobe.cli import UserError, output
 
 
 @click.group()
@@ -38,17 +29,7 @@ def list_command(as_json):
     """
     from mpsprobe.envs import envs_dir, list_envs
     found = list_envs()
-    if as_json:
-        click.echo(json.dumps(found, indent=2))
-        return
-    if not found:
-        click.echo(f"no cached environments in {envs_dir()}")
-        return
-    width = max(len(e["name"]) for e in found)
-    for e in found:
-        click.echo(f"{e['name']:<{width}}  torch {e['torch_version'] or '?':<16} "
-                   f"python {e['python'] or '?':<8} {_size(e['size_bytes']):>10}  {e['state']}")
-    click.echo(f"in {envs_dir()}")
+    click.echo(output.as_json(found) if as_json else "\n".join(output.envs_table(found, envs_dir())))
 
 
 @envs.command("rm")
@@ -61,12 +42,8 @@ def rm_command(names, everything):
     Example:
         mpsprobe envs rm torch-2.5.1-py3.11
     """
-    from mpsprobe.envs import EnvError, remove_envs
+    from mpsprobe.envs import remove_envs
     if not names and not everything:
         raise UserError("name the environments to remove, or pass --all")
-    try:
-        removed = remove_envs(names, everything)
-    except EnvError as e:
-        raise UserError(str(e)) from None
-    for name in removed:
+    for name in remove_envs(names, everything):
         click.echo(f"removed {name}")

@@ -1,9 +1,7 @@
-"""`mpsprobe merge` and `mpsprobe migrate`: combine databases; bring one up to date."""
-import json
-
+"""`mpsprobe merge`: combine databases from many machines, shards and torch versions."""
 import click
 
-from mpsprobe.cli import UserError
+from mpsprobe.cli import output as output_module
 
 
 @click.command()
@@ -25,44 +23,7 @@ def merge(sources, output, as_json):
         mpsprobe merge m1.db m3.db -o all.db
         mpsprobe merge shard-1.db shard-2.db shard-3.db -o sweep.db
     """
-    from mpsprobe.db.merge import MergeError, merge as merge_dbs
-    try:
-        reports = merge_dbs(sources, output)
-    except MergeError as e:
-        raise UserError(str(e)) from None
-    if as_json:
-        click.echo(json.dumps([{
-            "source": r.path, "schema_version": r.schema_version, "runs_added": r.runs_added,
-            "runs_updated": r.runs_updated, "rows_added": r.rows_added} for r in reports],
-            indent=2))
-        return
-    for r in reports:
-        migrated = f" (schema {r.schema_version}, migrated in a copy)" if r.migrated else ""
-        click.echo(f"{r.path}{migrated}: {r.runs_added} runs added, {r.runs_updated} updated, "
-                   f"{r.results_added} results added")
-    click.echo(f"merged into {output}")
-
-
-@click.command()
-@click.argument("databases", nargs=-1, required=True, type=click.Path(dir_okay=False))
-def migrate(databases):
-    """Bring databases written by an older mpsprobe up to this schema version.
-
-    Each migration runs in one transaction: if it fails, the database is left
-    exactly as it was. Writing commands (`run`, `merge`) migrate on their own;
-    this is for databases that are only read (the site, `check`).
-
-    \b
-    Example:
-        mpsprobe migrate old.db
-    """
-    from mpsprobe.db.schema import DatabaseError, migrate as migrate_db
-    for path in databases:
-        try:
-            before, after = migrate_db(path)
-        except DatabaseError as e:
-            raise UserError(str(e)) from None
-        if before == after:
-            click.echo(f"{path}: already at schema version {after}")
-        else:
-            click.echo(f"{path}: schema version {before} -> {after}")
+    import mpsprobe
+    reports = mpsprobe.merge(sources, output)
+    click.echo(output_module.merge_json(reports) if as_json
+               else "\n".join(output_module.merge_reports(reports, output)))

@@ -1,30 +1,10 @@
 """`mpsprobe run`: sweep the op catalogue on a device into SQLite."""
-import json
 import sys
 
 import click
 
-from mpsprobe.cli import UserError
+from mpsprobe.cli import output
 from mpsprobe.vocabulary import STATUSES
-from mpsprobe.engine.sweep import Sweep, SweepError, SweepOptions, parse_shard
-
-
-def _split(text):
-    return [x.strip() for x in (text or "").replace("\n", ",").split(",") if x.strip()]
-
-
-def _describe_target(env):
-    where = f"{env['device']} ({env['device_name']})"
-    if env.get("backend"):
-        return f"target: {where}, test backend {env['backend']}: NOT a real device measurement"
-    if env["device"].startswith("mps"):
-        return f"target: {where} on macOS {env.get('os_version')}, {env.get('chip')}"
-    return (f"target: {where} on {env.get('os_name')}: this is not an MPS measurement; "
-            f"results are filed under device {env['device']!r}")
-
-
-def _counts_line(counts):
-    return "  ".join(f"{s} {counts[s]}" for s in STATUSES if counts.get(s))
 
 
 @click.command()
@@ -68,59 +48,41 @@ def run(db_path, device, ops, dtypes, samples, timing, workers, timeout, mps_fal
         mpsprobe run --device cuda --no-timing --db cuda.db
         mpsprobe run --torch 2.5.1 --ops add --db history.db
     """
-    if resume and fresh:
-        raise UserError("--resume and --fresh contradict each other")
-    from mpsprobe.envs import EnvError, ensure
-    try:
-        python = ensure(torch_spec, say=lambda text: click.echo(text, err=True))
-    except EnvError as e:
-        raise UserError(str(e)) from None
-    try:
-        options = SweepOptions(
-            db_path=db_path, device=device, backend=backend, ops=_split(ops),
-            dtypes=_split(dtypes), samples=samples, timing=timing, workers=workers,
-            timeout=timeout, mps_fallback=mps_fallback,
-            shard=parse_shard(shard) if shard else None, python=python,
-            resume=resume, fresh=fresh)
-        sweep = Sweep(options)
-        env, pairs = sweep.prepare()
-        click.echo(_describe_target(env), err=True)
-        todo = sweep.open()
-    except SweepError as e:
-        raise UserError(str(e)) from None
-    if sweep.resumed:
-        click.echo(f"resuming run {sweep.writer.run_id}: {len(pairs) - len(todo)} of "
-                   f"{len(pairs)} (op, dtype) pairs already done", err=True)
+    import mpsprobe
     counts = dict.fromkeys(STATUSES, 0)
+    bar = started = None
 
-    def show(_):
-        return _counts_line(counts)
+    def on_start(run, todo):
+        nonlocal bar, started
+        started = run
+        click.echo(output.target(run.env), err=True)
+        if run.resumed:
+            click.echo(f"resuming run {run.id}: {run.pairs - len(todo)} of {run.pairs} "
+                       "(op, dtype) pairs already done", err=True)
+        bar = click.progressbar(length=len(todo), label=f"{len(todo)} pairs", file=sys.stderr,
+                                show_pos=True, show_eta=True,
+                                item_show_func=lambda _: output.counts_line(counts))
+        bar.__enter__()
 
-    with click.progressbar(length=len(todo), label=f"{len(todo)} pairs", file=sys.stderr,
-                           show_pos=True, show_eta=True, item_show_func=show) as bar:
-        def on_case(pair, index, result):
-            counts[result["status"]] += 1
+    def on_case(pair, index, result):
+        counts[result["status"]] += 1
 
-        def on_pair(pair, n):
-            bar.update(1)
-        try:
-            state, total, all_counts = sweep.run(todo, on_case, on_pair)
-        except KeyboardInterrupt:
-            click.echo(f"\ninterrupted; re-run the same command to resume run "
-                       f"{sweep.writer.run_id}", err=True)
-            sys.exit(130)
-    run_row = sweep.writer.run
-    summary = {"run_id": run_row["id"], "db": db_path, "state": state, "cases": total,
-               "pairs": len(pairs), "counts": all_counts, "device": env["device"],
-               "device_name": env["device_name"], "torch": env["torch_version"],
-               "os": f"{env.get('os_name')} {env.get('os_version') or ''}".strip()}
+    def on_pair(pair, n):
+        bar.update(1)
+    try:
+        run = mpsprobe.probe(ops, dtypes, device, samples, db_path, timing=timing, workers=workers,
+                             timeout=timeout, mps_fallback=mps_fallback, shard=shard,
+                             torch=torch_spec, backend=backend, resume=resume, fresh=fresh,
+                             on_start=on_start, on_case=on_case, on_pair=on_pair,
+                             say=lambda text: click.echo(text, err=True))
+    except KeyboardInterrupt:
+        which = f" {started.id}" if started else ""
+        click.echo(f"\ninterrupted; re-run the same command to resume run{which}", err=True)
+        sys.exit(130)
+    finally:
+        if bar is not None:
+            bar.__exit__(None, None, None)
     if as_json:
-        click.echo(json.dumps(summary, indent=2))
-        return
-    click.echo(f"run {summary['run_id']}: {total} cases in {len(pairs)} (op, dtype) pairs, "
-               f"torch {summary['torch']}, {summary['device']} ({summary['device_name']})")
-    width = max(len(s) for s in STATUSES)
-    for status in STATUSES:
-        if all_counts.get(status):
-            click.echo(f"  {status:<{width}}  {all_counts[status]:>7}")
-    click.echo(f"recorded in {db_path}")
+        click.echo(output.as_json(run.to_json()))
+    else:
+        click.echo("\n".join(output.run_summary(run)))

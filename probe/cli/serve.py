@@ -1,29 +1,7 @@
-"""`mpsprobe serve` and `mpsprobe publish`: the database as a searchable website."""
+"""`mpsprobe serve`: the database as a searchable website, here."""
 import asyncio
-import json
-import os
-import shlex
-import shutil
-import subprocess
-import sys
-import tempfile
 
 import click
-
-from mpsprobe.cli import UserError
-
-
-def _check_database(db_path):
-    """Refuse, in one line, a file the site cannot show; never writes to it."""
-    from mpsprobe.db.schema import DatabaseError, open_db
-
-    if not os.path.exists(db_path):
-        raise UserError(f"{db_path} does not exist: record results first with "
-                        f"`mpsprobe run --db {db_path}`")
-    try:
-        open_db(db_path, readonly=True).conn.close()
-    except DatabaseError as e:
-        raise UserError(str(e)) from None
 
 
 @click.command()
@@ -50,9 +28,9 @@ def serve(db_path, host, port, live, time_limit_ms, open_browser):
     """
     import uvicorn
 
-    from mpsprobe.site import make_datasette
+    from mpsprobe.site import check_database, make_datasette
 
-    _check_database(db_path)
+    check_database(db_path)
     ds = make_datasette(db_path, live=live or None, time_limit_ms=time_limit_ms)
     asyncio.run(ds.invoke_startup())
     config = uvicorn.Config(ds.app(), host=host, port=port, log_level="warning", lifespan="on")
@@ -68,38 +46,3 @@ def serve(db_path, host, port, live, time_limit_ms, open_browser):
             click.launch(where)
     server.startup = startup
     server.run()
-
-
-@click.command()
-@click.argument("db_path", type=click.Path(dir_okay=False))
-@click.argument("platform")
-@click.argument("extra", nargs=-1, type=click.UNPROCESSED)
-@click.option("--dry-run", is_flag=True, help="Print the datasette command instead of running it.")
-def publish(db_path, platform, extra, dry_run):
-    """Host the site: `datasette publish PLATFORM` (or `datasette package`) with the site's files.
-
-    PLATFORM is any `datasette publish` target (cloudrun, heroku, or one a
-    plugin adds, like vercel or fly) or `package` for a local Docker image.
-    Options after `--` go to datasette unchanged.
-
-    \b
-    Example:
-        mpsprobe publish mpsprobe.db cloudrun -- --service mpsprobe
-        mpsprobe publish mpsprobe.db package --dry-run
-    """
-    from mpsprobe.site import database_name, datasette_args, site_metadata
-
-    _check_database(db_path)
-    datasette = shutil.which("datasette") or "datasette"
-    folder = tempfile.mkdtemp(prefix="mpsprobe-publish-")
-    metadata_path = os.path.join(folder, "metadata.json")
-    with open(metadata_path, "w") as f:
-        json.dump(site_metadata(db_path), f, indent=2)
-    verb = ["package"] if platform == "package" else ["publish", platform]
-    command = [datasette, *verb, db_path, *datasette_args(metadata_path), *extra]
-    if dry_run:
-        click.echo(shlex.join(command))
-        return
-    click.echo(f"publishing {db_path} as database {database_name(db_path)!r}", err=True)
-    sys.exit(subprocess.call(command))
-

@@ -12,8 +12,10 @@ import time
 
 import torch
 
+from mpsprobe.errors import MpsprobeError
 
-class DeviceError(Exception):
+
+class DeviceError(MpsprobeError):
     """The requested device cannot be used here."""
 
 

@@ -14,6 +14,8 @@ import socket
 import subprocess
 import sys
 
+from mpsprobe.versions import major_version, version_key  # noqa: F401 (recorded per run)
+
 
 def _command(*args):
     """The stripped stdout of a command, or None if it is missing or fails."""
@@ -35,36 +37,6 @@ def _read(path):
 def _int(text):
     text = (text or "").strip()
     return int(text) if text.isdigit() else None
-
-
-# -- versions ---------------------------------------------------------------
-
-_VERSION = re.compile(r"(\d+)(?:\.(\d+))?(?:\.(\d+))?(?:\.?(a|b|rc|dev)(\d*))?")
-# Pre-releases sort before the release they lead to: dev < a < b < rc < final.
-_PRE_RANK = {"dev": "0", "a": "1", "b": "2", "rc": "3", None: "9"}
-
-
-def version_key(version):
-    """A string that sorts like the version: "2.10.0" > "2.9.1" > "2.9.1.dev20250101".
-
-    "2.5.1+cu121" -> "0002.0005.0001.9"; the local part (+cpu, +git…) is ignored.
-    Zero-padded text, so SQLite (and Datasette) order versions without any
-    registered function. None for anything that is not a version.
-    """
-    match = _VERSION.match((version or "").strip())
-    if not match:
-        return None
-    major, minor, patch, pre, pre_n = match.groups()
-    key = ".".join(f"{int(x or 0):04d}" for x in (major, minor, patch))
-    key += "." + _PRE_RANK[pre]
-    if pre:
-        key += f"{int(pre_n or 0):010d}"   # nightlies: .dev20250101
-    return key
-
-
-def major_version(version):
-    match = re.match(r"\d+", version or "")
-    return match.group(0) if match else None
 
 
 # -- macOS ------------------------------------------------------------------

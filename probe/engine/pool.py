@@ -14,6 +14,7 @@ import subprocess
 import tempfile
 import time
 
+from mpsprobe.errors import MpsprobeError
 from mpsprobe.vocabulary import CRASH, ERROR, TIMEOUT
 from .classify import crash_evidence
 from .launch import worker_command
@@ -21,7 +22,7 @@ from .launch import worker_command
 STARTUP_BUDGET_S = 180.0  # importing torch and the OpInfo database, on a slow machine
 
 
-class WorkerError(Exception):
+class WorkerError(MpsprobeError):
     """A worker could not start, or refused a request (device, catalogue, …)."""
 
 
@@ -202,7 +203,10 @@ class Pool:
         worker.task = pair
         worker.index = worker.sample = None
         worker.deadline = time.monotonic() + max(self.timeout, STARTUP_BUDGET_S)
-        message = {"cmd": "pair", "op": pair["op"], "dtype": pair["dtype"], "done": pair["done"]}
+        message = {"cmd": pair.get("cmd", "pair"), "op": pair["op"], "dtype": pair["dtype"],
+                   "done": pair["done"]}
+        if "calls" in pair:  # a model's calls to replay, instead of OpInfo samples
+            message["calls"] = pair["calls"]
         if worker.hangs_seen < self.hangs:  # a hung case was killed since: is the device answering?
             message["health_check"] = True
             worker.hangs_seen = self.hangs

@@ -1,71 +1,22 @@
 """A sweep: plan the cases, run them in isolated workers, record every result.
 
-This is the Python API behind `mpsprobe run`; the CLI only parses options and
-draws progress.
+The engine decides and runs; the store (mpsprobe.db.writer) records, and owns
+every transaction. The Python API (mpsprobe.probe) and `mpsprobe run` drive
+this class.
 """
-import hashlib
-import json
 import os
 import time
-import zlib
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 
 import mpsprobe
 from mpsprobe.db import schema
-from mpsprobe.db.writer import RunWriter, find_resumable, latest_unfinished
+from mpsprobe.db.writer import RunWriter
 from .launch import worker_command
-from .pool import Pool
+from .plan import PlanError, SweepOptions, in_shard, parse_shard, run_key  # noqa: F401
+from .pool import Pool, WorkerError
 
-
-class SweepError(Exception):
-    """Bad input found before anything was written: one line for the user."""
-
-
-@dataclass
-class SweepOptions:
-    db_path: str = "mpsprobe.db"
-    device: str = "auto"
-    backend: str = None           # a Python file defining a test/custom target
-    ops: list = field(default_factory=list)
-    dtypes: list = field(default_factory=list)
-    samples: int = 3
-    timing: bool = True
-    workers: int = 0              # 0: one per CPU core
-    timeout: float = 60.0
-    mps_fallback: bool = False    # set PYTORCH_ENABLE_MPS_FALLBACK=1 in workers
-    shard: tuple = None           # (i, n), 1-based
-    python: str = None            # the interpreter whose torch is probed
-    resume: bool = False          # continue the newest unfinished run
-    fresh: bool = False           # never continue: always start a new run
-
-    def key_fields(self):
-        """The options that decide which cases a run holds (and so its identity)."""
-        return {"ops": sorted(self.ops), "dtypes": sorted(self.dtypes), "samples": self.samples,
-                "mps_fallback": self.mps_fallback, "shard": list(self.shard) if self.shard else None}
-
-
-def parse_shard(text):
-    try:
-        i, n = (int(x) for x in text.split("/"))
-    except ValueError:
-        raise SweepError(f"--shard takes I/N, like 1/4 (got {text!r})") from None
-    if not 1 <= i <= n:
-        raise SweepError(f"--shard {text}: I must be between 1 and N")
-    return i, n
-
-
-def in_shard(pair, shard):
-    if not shard:
-        return True
-    i, n = shard
-    return zlib.crc32(f"{pair['op']}|{pair['dtype']}".encode()) % n == i - 1
-
-
-def run_key(env, options):
-    identity = {k: env.get(k) for k in ("torch_version", "torch_git", "device", "device_name",
-                                         "backend", "hostname", "os_version")}
-    identity.update(options.key_fields())
-    return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
+# The error a sweep raises for bad input; PlanError under its old name.
+SweepError = PlanError
 
 
 def worker_env(options):
@@ -123,7 +74,7 @@ def default_workers(device, cpu_count):
 
 
 class Sweep:
-    """Prepare (validate everything, write nothing), then run."""
+    """Prepare (validate everything, write nothing), then open the run, then run it."""
 
     def __init__(self, options):
         self.options = options
@@ -148,24 +99,21 @@ class Sweep:
         self.config["threads"] = max(1, (os.cpu_count() or 1) // size)
         self.pool.command = worker_command(self.config, self.options.python)
 
-    def prepare(self):
-        """Check the DB, the device and the op/dtype filters. Raises SweepError."""
+    def prepare(self, select=None):
+        """Check the DB, the device and the op/dtype filters; plan the pairs
+        (`select(pair)`, if given, keeps only some). Raises SweepError."""
         options = self.options
-        if options.samples < 1:
-            raise SweepError("--samples must be at least 1")
+        options.check()
         _check_writable(options.db_path)
-        try:
-            schema.inspect(options.db_path)
-        except schema.DatabaseError as e:
-            raise SweepError(str(e)) from None
-        from .pool import WorkerError
+        schema.inspect(options.db_path)
         try:
             self.env = self.pool.request({"cmd": "describe"})["env"]
             plan = self.pool.request({"cmd": "plan", "ops": options.ops, "dtypes": options.dtypes})
         except WorkerError as e:
             self.pool.close()
             raise SweepError(str(e)) from None
-        self.pairs = [p for p in plan["pairs"] if in_shard(p, options.shard)]
+        self.pairs = [p for p in plan["pairs"] if in_shard(p, options.shard)
+                      and (select is None or select(p))]
         return self.env, self.pairs
 
     def open(self):
@@ -173,46 +121,30 @@ class Sweep:
         options = self.options
         try:
             db = schema.open_db(options.db_path)
-        except schema.DatabaseError as e:
+        except schema.DatabaseError:
             self.pool.close()
-            raise SweepError(str(e)) from None
-        key = run_key(self.env, options)
-        # Choosing the run and claiming it happen under SQLite's write lock, so
-        # two processes started at once cannot both start (or both resume) it.
-        db.conn.execute("BEGIN IMMEDIATE")
+            raise
+
+        def busy(run):
+            if _recording_now(run, self.env):
+                return (f"run {run['id']} is being recorded right now by process "
+                        f"{run['pid']} on this host; wait for it to finish (it records the "
+                        f"same cases), or use --fresh for a separate run")
+            return None
+        options_record = {k: v for k, v in asdict(options).items()
+                          if k not in ("resume", "fresh", "db_path")}
+        env = dict(self.env, source="opinfo")
         try:
-            previous = latest_unfinished(db) if options.resume else (
-                None if options.fresh else find_resumable(db, key))
-            if options.resume and previous is None:
-                raise SweepError(f"{options.db_path} has no unfinished run to resume")
-            if previous is not None and previous["run_key"] != key:
-                raise SweepError("the unfinished run was made with other options or another "
-                                 "torch/device; re-run with the same options, or use --fresh")
-            if previous is not None and _recording_now(previous, self.env):
-                raise SweepError(
-                    f"run {previous['id']} is being recorded right now by process "
-                    f"{previous['pid']} on this host; wait for it to finish (it records the "
-                    f"same cases), or use --fresh for a separate run")
-            if previous is not None:
-                self.writer = RunWriter.resume(db, previous, os.getpid())
-                self.resumed = True
-            else:
-                options_record = {k: v for k, v in asdict(options).items()
-                                  if k not in ("resume", "fresh", "db_path")}
-                self.writer = RunWriter.start(db, key, self.env, options_record,
-                                              mpsprobe.__version__, os.getpid())
+            self.writer, self.resumed = RunWriter.claim(
+                db, run_key(self.env, options), env, options_record, mpsprobe.__version__,
+                os.getpid(), resume=options.resume, fresh=options.fresh, busy=busy)
         except BaseException:
-            if db.conn.in_transaction:
-                db.conn.rollback()
+            db.conn.close()
             self.pool.close()
             raise
         done_pairs, done_cases = self.writer.done()
-        todo = []
-        for pair in self.pairs:
-            key = (pair["op"], pair["dtype"])
-            if key not in done_pairs:
-                todo.append(dict(pair, done=done_cases.get(key, [])))
-        return todo
+        return [dict(pair, done=done_cases.get((pair["op"], pair["dtype"]), []))
+                for pair in self.pairs if (pair["op"], pair["dtype"]) not in done_pairs]
 
     def run(self, todo, on_case=None, on_pair=None, should_stop=lambda: False):
         """Run `todo` to the end (or until should_stop()); returns (state, total, counts)."""

@@ -12,6 +12,8 @@ Requests (stdin, one JSON object a line):
    "health_check": true after a hung case was killed (optional)}
       -> {"type": "begin", "index": i, "sample": "..."} and {"type": "result", "index": i, ...}
          for each sample, then {"type": "pair_done", "n_cases": n}
+  {"cmd": "replay", "op": ..., "dtype": ..., "done": [...], "calls": [encoded calls]}
+      -> the same, one case per captured call of a model (modelcheck/replay.py)
 Any request can instead answer {"type": "fatal", "message": "..."}.
 """
 import json
@@ -113,6 +115,19 @@ class Worker:
                 result["notes"] = dict(result.get("notes") or {}, **after_hang)
             self.send({"type": "result", "index": index, **result})
         self.send({"type": "pair_done", "n_cases": len(cases)})
+
+    def replay(self, request):
+        """A pair of a model's captured calls (modelcheck.replay.pairs), each a case."""
+        from mpsprobe.modelcheck.replay import decode, run_call
+        done = set(request.get("done") or ())
+        calls = [decode(text) for text in request["calls"]]
+        for call in calls:
+            if call.index in done:
+                continue
+            self.send({"type": "begin", "index": call.index, "sample": call.summary()})
+            result = run_call(call, self.target, timing=self.config.get("timing", True))
+            self.send({"type": "result", "index": call.index, **result})
+        self.send({"type": "pair_done", "n_cases": len(calls)})
 
 
 def main(config_json):

@@ -18,8 +18,10 @@ from typing import Any, Callable, Optional
 import torch
 import torch.nn.functional as F
 
+from mpsprobe.errors import MpsprobeError
 
-class ModelError(Exception):
+
+class ModelError(MpsprobeError):
     """The model cannot be loaded or built: one line for the user."""
 
 

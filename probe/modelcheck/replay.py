@@ -5,11 +5,15 @@ regenerated with seeded random values, except integer and bool tensors, whose
 values are kept (they are indices, targets, masks: random ones would be out of
 range). Calls that differ only in tensor values are one case. Each case goes
 through the probe's own run_case (CPU reference, float64 truth, the target,
-fallback warnings, tolerance policy, timing) and is recorded like any probe
-case, under op id = the aten op and source 'model'.
+fallback warnings, tolerance policy, timing) in the same isolated worker pool
+as a sweep, so a call that crashes or hangs costs one case, and is recorded
+like any probe case, under op id = the aten op, in a run of source 'model'.
+This module is imported by workers too: it touches the store only in replay().
 """
+import base64
 import json
 import os
+import pickle
 import time
 import zlib
 from dataclasses import dataclass
@@ -19,11 +23,10 @@ import torch
 from torch.utils._pytree import tree_map
 
 import mpsprobe
-from mpsprobe.db.writer import RunWriter
-from mpsprobe.ops import opinfo
-from mpsprobe.engine import environment
 from mpsprobe.engine.aten import aten_name, main_dtype
 from mpsprobe.engine.execute import run_case
+from mpsprobe.ops import opinfo
+from mpsprobe.vocabulary import ERROR
 
 
 @dataclass
@@ -155,43 +158,76 @@ def _nondeterministic(call):
     return torch.Tag.nondeterministic_seeded in tags or opinfo.is_nondeterministic(base)
 
 
-def replay(db, calls, target, model_name, timing=True, on_case=None):
-    """Run every call on `target` and record a run; returns (writer, [(call, result)])."""
-    env = environment.describe(target)
+def encode(call):
+    """A call as text for the worker protocol (its function by name, its arguments pickled)."""
+    payload = (call.name, call.dtype, call.args, call.kwargs, call.signature, call.count)
+    return base64.b64encode(pickle.dumps(payload)).decode("ascii")
+
+
+def _function(name):
+    """The OpOverload an aten name spells: "aten::add.Tensor", "aten::relu" (default)."""
+    namespace, _, rest = name.partition("::")
+    op, _, overload = rest.partition(".")
+    return getattr(getattr(getattr(torch.ops, namespace), op), overload or "default")
+
+
+def decode(text):
+    name, dtype, args, kwargs, signature, count = pickle.loads(base64.b64decode(text))
+    return Call(_function(name), name, dtype, args, kwargs, signature, count)
+
+
+def run_call(call, target, timing=True):
+    """One replayed call as a probe case on `target`: a result dict (see execute.run_case)."""
+    try:
+        return run_case(call.op, getattr(torch, call.dtype, torch.float32), call.sample(),
+                        target, nondeterministic=_nondeterministic(call), timing=timing)
+    except Exception as e:  # a fault of the replay's, reported as such
+        return {"status": ERROR, "check_kind": "none",
+                "reason": "mpsprobe could not replay this call",
+                "error_type": type(e).__name__, "message": str(e)[:500]}
+
+
+def pairs(calls):
+    """The pool's work: one pair per (aten op, dtype), its calls as the samples."""
+    grouped = {}
+    for call in calls:
+        pair = grouped.setdefault((call.name, call.dtype), {
+            "op": call.name, "dtype": call.dtype, "name": call.name, "variant": "",
+            "aten_name": call.name.split("::", 1)[1], "source": "model", "cmd": "replay",
+            "calls": []})
+        pair["calls"].append(encode(call))
+    return list(grouped.values())
+
+
+def replay(db, calls, pool, env, model_name, timing=True, on_case=None):
+    """Run every call in `pool`'s isolated workers and record a run of source 'model'.
+
+    A call that crashes or hangs its worker costs that call (status crash or
+    timeout, as in a sweep); the rest go on in a new worker. Returns
+    (writer, [(call, result)]).
+    """
+    from mpsprobe.db.writer import RunWriter
     options = {"model": model_name, "source": "model", "timing": timing,
                "mps_fallback": os.environ.get("PYTORCH_ENABLE_MPS_FALLBACK", "0") not in ("", "0")}
     key = "model:" + hex(zlib.crc32(json.dumps([model_name, sorted(c.signature for c in calls)]).encode()))
-    writer = RunWriter.start(db, key, env, options, mpsprobe.__version__, os.getpid())
-    with db.conn:
-        for name in sorted({c.name for c in calls}):
-            db.execute("INSERT OR IGNORE INTO ops (id, name, variant, aten_name, source) "
-                       "VALUES (?, ?, '', ?, 'model')", [name, name, name.split("::", 1)[1]])
-    started = time.monotonic()
+    writer = RunWriter.start(db, key, dict(env, source="model"), options, mpsprobe.__version__,
+                             os.getpid())
+    by_index = {(c.name, c.dtype, c.index): c for c in calls}
     results, state = [], "interrupted"
-    warn_always = torch.is_warn_always_enabled()
-    torch.set_warn_always(True)  # MPS's fallback warning is once-per-process otherwise
-    try:
-        pairs = {}
-        for call in calls:
-            pair = {"op": call.name, "dtype": call.dtype, "name": call.name, "variant": "",
-                    "aten_name": call.name.split("::", 1)[1]}
-            try:
-                result = run_case(call.op, getattr(torch, call.dtype, torch.float32), call.sample(),
-                                  target, nondeterministic=_nondeterministic(call), timing=timing)
-            except Exception as e:  # a fault of the replay's, reported as such
-                result = {"status": "error", "check_kind": "none",
-                          "reason": "mpsprobe could not replay this call",
-                          "error_type": type(e).__name__, "message": str(e)[:500]}
-            writer.record(pair, call.index, call.summary(), result)
-            pairs[call.name, call.dtype] = pair
+    started = time.monotonic()
+
+    def case(pair, index, sample, result):
+        writer.record(pair, index, sample, result)
+        call = by_index.get((pair["op"], pair["dtype"], index))
+        if call is not None:
             results.append((call, result))
-            if on_case:
-                on_case(call, result)
-        for pair in pairs.values():
-            writer.pair_done(pair, sum(1 for c in calls if (c.name, c.dtype) == (pair["op"], pair["dtype"])))
+        if on_case:
+            on_case(call, result)
+    try:
+        with pool:
+            pool.run(pairs(calls), case, writer.pair_done)
         state = "complete"
     finally:
-        torch.set_warn_always(warn_always)
         writer.finish(state, time.monotonic() - started)
     return writer, results
 

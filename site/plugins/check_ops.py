@@ -1,14 +1,18 @@
 """The site's "check ops" page: paste the op list `mpsprobe check --export` wrote, get the answers.
 
 Accepts that JSON, a JSON list of aten op names, or one name a line; answers
-against a chosen run (default: the newest MPS run, else the newest) with the
-same rules as `mpsprobe check` (mpsprobe.db.lookup), so it needs mpsprobe
-installed next to Datasette; without it the page says so.
+against a chosen run (default: the run picker's, mpsprobe.db.query.runs) with
+the same rules and report as `mpsprobe check` (mpsprobe.modelcheck.report).
 """
 import json
 
 from datasette import hookimpl
-from datasette.utils.asgi import NotFound, Response
+
+from mpsprobe.db.query import runs as runs_q
+from mpsprobe.errors import MpsprobeError
+from mpsprobe.modelcheck import report as check
+from mpsprobe.site.common import get_database, render
+from mpsprobe.vocabulary import ANSWER, ANSWERS
 
 PATH = "/-/check-ops"
 
@@ -26,10 +30,10 @@ a JSON list of aten op names, or one name a line.</p>
 <label>dtype (for bare names) <input name="dtype" value="{{ dtype }}" size="9"></label>
 <input type="submit" value="Check"></p>
 </form>
-{% if error %}<p class="message-error">{{ error }}</p>{% endif %}
+{% if problem %}<p class="message-error">{{ problem }}</p>{% endif %}
 {% if report %}
 <h2>{{ report.model }} {{ report.mode }}, {{ report.dtype }}: {{ report.distinct_ops }} distinct aten ops</h2>
-<p>{% for name, symbol, label in classes %}{% if report.counts[name] %}<strong>{{ symbol }} {{ report.counts[name] }}</strong> {{ label }} &nbsp; {% endif %}{% endfor %}</p>
+<p>{% for a in answers %}{% if report.counts[a.name] %}<strong>{{ a.symbol }} {{ report.counts[a.name] }}</strong> {{ a.label }} &nbsp; {% endif %}{% endfor %}</p>
 {% if report.run.backend %}<p class="message-warning">This run used a test backend: not a real device measurement.</p>{% endif %}
 <table class="rows-and-columns">
 <thead><tr><th></th><th>aten op</th><th>dtype</th><th>answer</th><th>calls</th><th>where</th><th>probe ops</th><th>target / CPU ms</th></tr></thead>
@@ -44,16 +48,6 @@ a JSON list of aten op names, or one name a line.</p>
 </tbody></table>
 {% endif %}
 {% endblock %}"""
-
-
-def _database(datasette):
-    conf = datasette.plugin_config("mpsprobe") or {}
-    if conf.get("database") in datasette.databases:
-        return datasette.databases[conf["database"]]
-    for db in datasette.databases.values():
-        if db.name != "_internal" and not db.is_memory:
-            return db
-    raise NotFound("no database is being served")
 
 
 def _label(run):
@@ -76,41 +70,31 @@ def _parse(text, dtype):
 
 
 async def check_ops_page(datasette, request):
-    db = _database(datasette)
+    db = get_database(datasette)
     params = request.args
     ops_text = params.get("ops") or ""
     dtype = params.get("dtype") or "float32"
     context = {"action": datasette.urls.path(PATH), "ops_text": ops_text, "dtype": dtype,
-               "runs": [], "run": None, "report": None, "error": None,
-               "op_base": datasette.urls.path("/-/op/")}
-    try:
-        from mpsprobe.modelcheck import report as check
-        from mpsprobe.db.query import blame as lookup
-    except ImportError:
-        context["error"] = "This page needs mpsprobe installed next to Datasette (pip install mpsprobe)."
-        check = None
-    if check is not None:
-        context["classes"] = check.CLASSES
-        context["symbols"] = check.SYMBOL
+               "runs": [], "run": None, "report": None, "problem": None,
+               "op_base": datasette.urls.path("/-/op/"),
+               "answers": [ANSWER[name] for name in ANSWERS],
+               "symbols": {name: ANSWER[name].symbol for name in ANSWERS}}
 
-        def answer(conn):
-            runs = [r for r in lookup.runs(conn) if r["n_results"]]
-            if not runs:
-                raise lookup.LookupError_("the database holds no probe results")
-            run = lookup.choose_run(conn, run_id=params.get("run") or None)
-            report = None
-            if ops_text.strip():
-                model_ops = check.ops_from_json(_parse(ops_text, dtype))
-                report = check.answer(conn, model_ops, run).to_json()
-            return runs, run, report
-        try:
-            runs, run, report = await db.execute_fn(answer)
-            context.update(runs=[dict(r, label=_label(r)) for r in runs], run=run, report=report)
-        except (lookup.LookupError_, check.CheckError) as e:
-            context["error"] = str(e)
+    def answer(conn):
+        runs = runs_q.list_runs(conn, with_results_only=True)
+        run = runs_q.pick_run(conn, run_id=params.get("run") or None)
+        report = None
+        if ops_text.strip():
+            model_ops = check.ops_from_json(_parse(ops_text, dtype))
+            report = check.answer(conn, model_ops, run).to_json()
+        return runs, run, report
+    try:
+        runs, run, report = await db.execute_fn(answer)
+        context.update(runs=[dict(r, label=_label(r)) for r in runs], run=run, report=report)
+    except MpsprobeError as e:
+        context["problem"] = str(e)
     template = datasette.jinja_env.from_string(TEMPLATE)
-    body = await datasette.render_template(template, context, request=request)
-    return Response.html(body)
+    return await render(datasette, request, template, context)
 
 
 @hookimpl

@@ -1,77 +1,42 @@
 """The mpsprobe site: matrix, op history and compare pages, status colours, canned queries.
 
-A Datasette plugin loaded from site/plugins/ (Datasette's --plugins-dir). It
-imports nothing from mpsprobe, so the same files work under `datasette
-publish`; the status vocabulary and the database name come from the plugin
-configuration ("plugins": {"mpsprobe": ...}) that `mpsprobe serve` writes.
-
-All of the site's SQL is in the SQL section below.
+A Datasette plugin loaded from site/plugins/ (Datasette's --plugins-dir): thin
+hooks over mpsprobe's query layer (mpsprobe.db.query), which also answers the
+CLI and `check`. The canned queries are SQL Datasette runs itself; their
+status words come from mpsprobe.vocabulary.
 """
 import html
-import re
 import urllib.parse
 
 from datasette import hookimpl
-from datasette.utils.asgi import NotFound, Response
+from datasette.utils.asgi import NotFound
 from markupsafe import Markup
+
+from mpsprobe.db import query
+from mpsprobe.db.query import declared as declared_q, history, matrix, runs as runs_q
+from mpsprobe.db.views import inline_missing, quoted
+from mpsprobe.site.common import (ask, cases_url, get_database, op_url, render, run_label,
+                                  status_badge, status_class, template_vars, url)
+from mpsprobe.vocabulary import FALLBACK, STATUSES, UNSUPPORTED, is_status
 
 # The canonical column order of the matrix; dtypes not listed follow, sorted.
 DTYPE_ORDER = ("bool", "uint8", "int8", "int16", "int32", "int64", "float16", "bfloat16",
                "float32", "float64", "complex32", "complex64", "complex128")
-FALLBACK_STATUSES = ("skip", "pass", "fallback", "mismatch", "unsupported", "error",
-                     "timeout", "crash")
-OPTIONAL_VIEWS = ("op_history", "op_firsts", "declared", "results_fts")
 
-# ---------------------------------------------------------------------------- SQL
-
-SQL_RUNS = """
-SELECT id, state, started, torch_version, os_name, os_version, device, device_name,
-       backend, chip, cases_total
-FROM runs ORDER BY started DESC"""
-
-# The matrix: one query over the roll-up view; SQLite pushes run_id into the GROUP BY.
-SQL_MATRIX = """
-SELECT op_id, dtype, status, n_cases, {counts}
-FROM op_dtype_status
-WHERE run_id = :run_id AND (:op = '' OR op_id LIKE :op)"""
-
-SQL_DECLARED_CHOICES = """
-SELECT torch_version, device, count(*) AS n FROM declared
-GROUP BY torch_version, device ORDER BY mpsprobe_version_key(torch_version) DESC, device"""
-
-SQL_DECLARED_MATRIX = """
-SELECT op_id, dtype, status, source, note FROM declared
-WHERE torch_version = :torch AND device = :device AND (:op = '' OR op_id LIKE :op)"""
-
-SQL_OP_HISTORY_VIEW = "SELECT run_id, dtype, status FROM op_history WHERE op_id = :op_id"
-SQL_OP_HISTORY = """
-SELECT run_id, dtype, status, n_cases FROM op_dtype_status WHERE op_id = :op_id"""
-SQL_OP_FIRSTS = """
-SELECT dtype, device, os_name, os_major, first_pass_torch, last_fail_torch,
-       passing_since_torch, latest_torch, latest_status
-FROM op_firsts WHERE op_id = :op_id ORDER BY device, dtype"""
-SQL_OP_DECLARED = """
-SELECT torch_version, device, dtype, status, source, note FROM declared
-WHERE op_id = :op_id ORDER BY mpsprobe_version_key(torch_version) DESC, device, dtype"""
-
-SQL_COMPARE = """
-WITH a AS (SELECT op_id, dtype, status FROM op_dtype_status WHERE run_id = :a),
-     b AS (SELECT op_id, dtype, status FROM op_dtype_status WHERE run_id = :b)
-SELECT a.op_id, a.dtype, a.status AS status_a, b.status AS status_b
-FROM a LEFT JOIN b USING (op_id, dtype) WHERE b.status IS NOT a.status
-UNION ALL
-SELECT b.op_id, b.dtype, NULL, b.status
-FROM b LEFT JOIN a USING (op_id, dtype) WHERE a.status IS NULL
-ORDER BY 1, 2"""
-
-# The versions view knows more (OS major, passing-since); the canned query prefers it.
-SQL_FIRST_PASS_FROM_VIEW = """
-SELECT op_id, dtype, device, os_name, os_major, first_pass_torch, last_fail_torch,
-       passing_since_torch, latest_torch, latest_status
-FROM op_firsts WHERE :op_id = '' OR op_id = :op_id
-ORDER BY op_id, dtype, device, os_name, os_major"""
+# ---------------------------------------------------------------------------- canned queries
 
 RUN_COLUMNS = "r.torch_version, r.os_name, r.os_version, r.device"
+
+
+def _pairs_query(columns, where, order):
+    """(op, dtype) roll-ups of every run, with the run's torch, OS and device."""
+    return f"""
+SELECT s.op_id, s.dtype, s.status, {columns}, s.n_cases, s.pass,
+       {RUN_COLUMNS}, s.run_id
+FROM op_dtype_status s JOIN runs r ON r.id = s.run_id
+WHERE {where}
+ORDER BY {order}"""
+
 
 CANNED_QUERIES = {
     "cell_cases": {
@@ -81,68 +46,51 @@ CANNED_QUERIES = {
         "sql": """
 SELECT r.case_id, c.sample, r.status, r.reason, r.check_kind, r.error_type, r.message,
        r.aten_op, r.fallback_ops, r.aten_ops, r.max_abs_err, r.max_rel_err, r.ref_abs_err,
-       r.ref_ms, r.target_ms, r.speedup, r.duration_s, r.signal
+       r.ref_ms, r.target_ms, r.speedup, r.duration_s, r.signal, r.pass, r.reason_kind
 FROM results r LEFT JOIN cases c ON c.id = r.case_id
 WHERE r.run_id = :run_id AND r.op_id = :op_id AND r.dtype = :dtype
-ORDER BY c.sample_index""",
+ORDER BY c.sample_index, r.pass""",
     },
     "fallbacks": {
         "title": "Ops that fall back to the CPU",
         "description": "(op, dtype) pairs where at least one case ran an aten op on the CPU. "
                        "Leave run_id empty for every run.",
-        "sql": f"""
-SELECT s.op_id, s.dtype, s.status, s.n_fallback, s.n_cases, s.fallback_ops,
-       {RUN_COLUMNS}, s.run_id
-FROM op_dtype_status s JOIN runs r ON r.id = s.run_id
-WHERE s.n_fallback > 0 AND (:run_id = '' OR s.run_id = :run_id)
-ORDER BY r.started DESC, s.op_id, s.dtype""",
+        "sql": _pairs_query(f"s.n_{FALLBACK}, s.fallback_ops",
+                            f"s.n_{FALLBACK} > 0 AND (:run_id = '' OR s.run_id = :run_id)",
+                            "r.started DESC, s.op_id, s.dtype"),
     },
     "unsupported_for_dtype": {
         "title": "Ops unsupported for a dtype",
         "description": "(op, dtype) pairs the target refused. Give a dtype such as float16, "
                        "or leave it empty for all.",
-        "sql": f"""
-SELECT s.op_id, s.dtype, s.status, s.aten_op, s.n_unsupported, s.n_cases,
-       {RUN_COLUMNS}, s.run_id
-FROM op_dtype_status s JOIN runs r ON r.id = s.run_id
-WHERE s.status = 'unsupported' AND (:dtype = '' OR s.dtype = :dtype)
-ORDER BY r.started DESC, s.op_id, s.dtype""",
+        "sql": _pairs_query(f"s.aten_op, s.n_{UNSUPPORTED}",
+                            f"s.status = {quoted(UNSUPPORTED)} AND (:dtype = '' OR s.dtype = :dtype)",
+                            "r.started DESC, s.op_id, s.dtype"),
     },
     "slowest_vs_cpu": {
         "title": "Slowest ops against the CPU",
         "description": "(op, dtype) pairs whose mean speedup over the CPU is below 1, "
                        "slowest first. Optionally restrict to a device such as mps.",
-        "sql": f"""
-SELECT s.op_id, s.dtype, s.status, round(s.mean_speedup, 3) AS mean_speedup, s.n_cases,
-       {RUN_COLUMNS}, s.run_id
-FROM op_dtype_status s JOIN runs r ON r.id = s.run_id
-WHERE s.mean_speedup < 1 AND (:device = '' OR r.device = :device)
-ORDER BY s.mean_speedup""",
+        "sql": _pairs_query("round(s.mean_speedup, 3) AS mean_speedup",
+                            "s.mean_speedup < 1 AND (:device = '' OR r.device = :device)",
+                            "s.mean_speedup"),
     },
     "first_pass_version": {
         "title": "First torch version where each op passes",
-        "description": "Per (op, dtype, device, OS): the oldest measured torch version in "
-                       "which the op passes, and the newest one in which it did not.",
+        "description": "Per (op, dtype, pass, device, OS major): the oldest measured torch "
+                       "version in which the op passes, the newest in which it failed, and "
+                       "the version it has passed since.",
         "sql": """
-WITH m AS (
-  SELECT s.op_id, s.dtype, r.device, r.os_name, r.os_version, r.torch_version, s.status
-  FROM op_dtype_status s JOIN runs r ON r.id = s.run_id
-  WHERE :op_id = '' OR s.op_id = :op_id)
-SELECT op_id, dtype, device, os_name,
-  (SELECT torch_version FROM m m2 WHERE m2.op_id = m.op_id AND m2.dtype = m.dtype
-     AND m2.device = m.device AND m2.os_name IS m.os_name AND m2.status = 'pass'
-   ORDER BY mpsprobe_version_key(torch_version) LIMIT 1) AS first_pass_torch,
-  (SELECT torch_version FROM m m2 WHERE m2.op_id = m.op_id AND m2.dtype = m.dtype
-     AND m2.device = m.device AND m2.os_name IS m.os_name AND m2.status != 'pass'
-   ORDER BY mpsprobe_version_key(torch_version) DESC LIMIT 1) AS last_fail_torch
-FROM m GROUP BY op_id, dtype, device, os_name
-ORDER BY op_id, dtype, device""",
+SELECT op_id, dtype, device, os_name, os_major, first_pass_torch, last_fail_torch,
+       passing_since_torch, latest_torch, latest_status, pass
+FROM op_firsts WHERE :op_id = '' OR op_id = :op_id
+ORDER BY op_id, dtype, pass, device, os_name, os_major""",
     },
     "check_ops": {
         "title": "Check a list of ops",
         "description": "Paste op names separated by commas or newlines; get each one's "
-                       "status per dtype in one run (default: the newest run). An op "
-                       "with no status is not in that run.",
+                       "status per dtype in one run (default: the run mpsprobe answers "
+                       "from, as on the matrix). An op with no status is not in that run.",
         "sql": """
 WITH RECURSIVE
 split(item, rest) AS (
@@ -151,19 +99,31 @@ split(item, rest) AS (
   SELECT trim(substr(rest, 1, instr(rest, ',') - 1)), substr(rest, instr(rest, ',') + 1)
   FROM split WHERE rest != ''),
 wanted AS (SELECT DISTINCT item AS op_id FROM split WHERE item != ''),
-chosen AS (SELECT CASE WHEN :run_id = ''
-  THEN (SELECT id FROM runs ORDER BY started DESC LIMIT 1) ELSE :run_id END AS id)
-SELECT w.op_id, s.dtype, s.status, s.n_cases, s.fallback_ops, s.aten_op,
+chosen AS (SELECT CASE WHEN :run_id = '' THEN {default_run} ELSE :run_id END AS id)
+SELECT w.op_id, s.dtype, s.status, s.n_cases, s.fallback_ops, s.aten_op, s.pass,
        (SELECT id FROM chosen) AS run_id
 FROM wanted w LEFT JOIN op_dtype_status s
   ON s.op_id = w.op_id AND s.run_id = (SELECT id FROM chosen)
-ORDER BY w.op_id, s.dtype""",
+ORDER BY w.op_id, s.dtype, s.pass""",
     },
+    # The full-text index (schema 3 on) ranks matches across op ids, aten ops,
+    # fallbacks and messages; escape_fts makes any typed text a safe query.
     "search": {
         "title": "Search ops, aten ops and error messages",
-        "description": "Case-insensitive substring search over op names, the aten ops "
-                       "they dispatch and the messages they raised.",
+        "description": "Full-text search over op names, the aten ops they dispatch, "
+                       "fallbacks and error messages.",
         "sql": """
+SELECT r.op_id, r.dtype, r.status, r.aten_op, r.fallback_ops, r.message, r.run_id,
+       r.case_id, r.pass
+FROM results_fts JOIN results r ON r.rowid = results_fts.rowid
+WHERE :q != '' AND results_fts MATCH escape_fts(:q)
+ORDER BY rank LIMIT 500""",
+    },
+}
+
+# Search in a database without the full-text index: substrings of op names,
+# aten ops and messages.
+SQL_SEARCH_SUBSTRINGS = """
 SELECT 'op' AS kind, o.id AS matched, o.id AS op_id, NULL AS dtype, NULL AS status,
        NULL AS n_results
 FROM ops o WHERE :q != '' AND (o.id LIKE '%' || :q || '%' OR o.aten_name LIKE '%' || :q || '%')
@@ -176,63 +136,9 @@ UNION ALL
 SELECT 'message', r.message, r.op_id, r.dtype, r.status, count(*)
 FROM results r WHERE :q != '' AND r.message LIKE '%' || :q || '%'
 GROUP BY r.message, r.op_id, r.dtype, r.status
-ORDER BY 1 DESC, 3, 4 LIMIT 500""",
-    },
-}
-
-# With the full-text index (schema 3 on), search ranks matches across op ids,
-# aten ops, fallbacks and messages; escape_fts makes any typed text a safe query.
-SQL_SEARCH_FTS = """
-SELECT r.op_id, r.dtype, r.status, r.aten_op, r.fallback_ops, r.message, r.run_id,
-       r.case_id
-FROM results_fts JOIN results r ON r.rowid = results_fts.rowid
-WHERE :q != '' AND results_fts MATCH escape_fts(:q)
-ORDER BY rank LIMIT 500"""
+ORDER BY 1 DESC, 3, 4 LIMIT 500"""
 
 # ---------------------------------------------------------------------------- helpers
-
-
-def version_key(text):
-    """Numeric parts of a version, for ordering: '2.5.1+cu121' -> (2, 5, 1)."""
-    parts = []
-    for piece in re.split(r"[.+-]", text or ""):
-        digits = re.match(r"\d+", piece)
-        if not digits:
-            break
-        parts.append(int(digits.group()))
-        if digits.group() != piece:
-            break
-    return tuple(parts)
-
-
-def version_key_sql(text):
-    return ".".join(f"{n:06d}" for n in version_key(text))
-
-
-def config(datasette):
-    conf = datasette.plugin_config("mpsprobe") or {}
-    statuses = tuple(conf.get("statuses") or FALLBACK_STATUSES)
-    return {
-        "database": conf.get("database"),
-        "statuses": statuses,
-        "rank": {s: i for i, s in enumerate(statuses)},
-        "working": tuple(conf.get("working") or ("pass", "skip")),
-    }
-
-
-def get_database(datasette):
-    name = config(datasette)["database"]
-    if name and name in datasette.databases:
-        return datasette.databases[name]
-    for db in datasette.databases.values():
-        if db.name != "_internal" and not db.is_memory:
-            return db
-    raise NotFound("no database is being served")
-
-
-async def optional_views(db):
-    names = set(await db.table_names()) | set(await db.view_names())
-    return {name for name in OPTIONAL_VIEWS if name in names}
 
 
 def order_dtypes(dtypes):
@@ -248,71 +154,6 @@ def op_pattern(text):
     if "*" in text or "?" in text:
         return text.replace("*", "%").replace("?", "_")
     return f"%{text}%"
-
-
-def run_label(run):
-    os_part = " ".join(x for x in (run.get("os_name"), run.get("os_version")) if x)
-    device = run.get("device") or "?"
-    if run.get("device_name") and run["device_name"] != device:
-        device = f"{device} ({run['device_name']})"
-    return f"torch {run.get('torch_version')} · {os_part} · {device}"
-
-
-def url(datasette, path, **params):
-    query = urllib.parse.urlencode({k: v for k, v in params.items() if v not in (None, "")})
-    # Plain str: Datasette's URL strings make every str method slow (a dir() per call).
-    return str(datasette.urls.path(path)) + (f"?{query}" if query else "")
-
-
-def cases_url(datasette, db, run_id, op_id, dtype):
-    return url(datasette, f"/{db.name}/cell_cases", run_id=run_id, op_id=op_id, dtype=dtype)
-
-
-def op_url(datasette, op_id):
-    return str(datasette.urls.path("/-/op/" + urllib.parse.quote(op_id, safe="")))
-
-
-def status_class(value):
-    """The CSS class of a status: only a known status word becomes a class, so a
-    status string from a merged or hand-edited database can never break out of
-    the attribute (it is shown escaped as text instead)."""
-    return f"st-{value}" if value in FALLBACK_STATUSES else "st-unknown"
-
-
-def status_badge(value):
-    return Markup(f'<span class="st {status_class(value)}">{html.escape(str(value))}</span>')
-
-
-async def render(datasette, request, template, context):
-    conf = config(datasette)
-    context = dict(context, statuses=conf["statuses"])
-    body = await datasette.render_template(template, context, request=request)
-    return Response.html(body)
-
-
-def pick_run(runs, params):
-    """The run a page shows: ?run=ID, or the newest matching ?torch=&os=&device= prefixes."""
-    if params.get("run"):
-        for run in runs:
-            if run["id"] == params["run"]:
-                return run
-        raise NotFound(f"no run {params['run']}")
-
-    def matches(value, prefix):
-        return not prefix or (value or "") == prefix or (value or "").startswith(prefix + ".") \
-            or (value or "").startswith(prefix + "+")
-    wanted_device = params.get("device")
-    if not any(params.get(k) for k in ("torch", "os", "device")):
-        # By default the newest run on a real target: CPU runs only calibrate.
-        runs = [r for r in runs if r["device"] != "cpu"] + [r for r in runs if r["device"] == "cpu"]
-    for run in runs:  # newest first
-        if (matches(run["torch_version"], params.get("torch", ""))
-                and matches(run["os_version"], params.get("os", ""))
-                and (not wanted_device or run["device"] == wanted_device)):
-            return run
-    return None
-
-# ---------------------------------------------------------------------------- pages
 
 
 def matrix_row(op_id, href, cells):
@@ -331,38 +172,40 @@ def matrix_row(op_id, href, cells):
     return "".join(parts)
 
 
+def _picked(conn, args):
+    """The run a page shows: ?run=ID, or the run picker's default under ?torch=&os=&device=."""
+    try:
+        return runs_q.pick_run(conn, run_id=args.get("run") or None, torch=args.get("torch"),
+                               os=args.get("os"), device=args.get("device"))
+    except runs_q.RunNotFound:
+        return None
+
+# ---------------------------------------------------------------------------- pages
+
+
 async def matrix_page(datasette, request):
     db = get_database(datasette)
-    conf = config(datasette)
     args = request.args
-    runs = [dict(r) for r in await db.execute(SQL_RUNS)]
-    views = await optional_views(db)
-    declared_choices = []
-    if "declared" in views:
-        declared_choices = [dict(r) for r in await db.execute(SQL_DECLARED_CHOICES)]
+    runs = await ask(db, runs_q.list_runs)
+    declared_choices = await ask(db, declared_q.choices)
     choice = args.get("run", "")
     op_like = op_pattern(args.get("op"))
-    wanted = [s for s in args.getlist("status") if s in conf["statuses"]]
+    wanted = [s for s in args.getlist("status") if is_status(s)]
     run = declared = None
     if choice.startswith("declared:"):
         _, torch, device = choice.split(":", 2)
         declared = {"torch_version": torch, "device": device}
-        rows = await db.execute(SQL_DECLARED_MATRIX, {"torch": torch, "device": device,
-                                                      "op": op_like})
+        rows = await ask(db, declared_q.matrix, torch, device, op_like)
     else:
-        run = pick_run(runs, {"run": choice, "torch": args.get("torch", ""),
-                              "os": args.get("os", ""), "device": args.get("device", "")})
-        counts = ", ".join(f"n_{s}" for s in conf["statuses"])
-        rows = []
-        if run:
-            rows = await db.execute(SQL_MATRIX.format(counts=counts),
-                                    {"run_id": run["id"], "op": op_like})
+        run = await ask(db, _picked, {"run": choice, "torch": args.get("torch", ""),
+                                      "os": args.get("os", ""), "device": args.get("device", "")})
+        rows = await ask(db, matrix.cells, run["id"], op_like) if run else []
     cells, dtypes = {}, set()
     for row in rows:
         cells.setdefault(row["op_id"], {})[row["dtype"]] = row
         dtypes.add(row["dtype"])
     dtypes = order_dtypes(dtypes)
-    totals = dict.fromkeys(conf["statuses"], 0)
+    totals = dict.fromkeys(STATUSES, 0)
     # Cell links share one prefix: built once, not per cell (9,000 cells on a full sweep).
     if run:
         prefix = cases_url(datasette, db, run["id"], "", "") + "&op_id="
@@ -384,8 +227,7 @@ async def matrix_page(datasette, request):
                 continue
             totals[cell["status"]] = totals.get(cell["status"], 0) + 1
             if run:
-                tally = ", ".join(f"{cell['n_' + s]} {s}" for s in conf["statuses"]
-                                  if cell["n_" + s])
+                tally = ", ".join(f"{cell['n_' + s]} {s}" for s in STATUSES if cell["n_" + s])
                 title = f"{op_id} {dtype}: {cell['status']} ({tally})"
             else:
                 title = f"{op_id} {dtype}: declared {cell['status']} ({cell['source'] or ''})"
@@ -401,132 +243,49 @@ async def matrix_page(datasette, request):
     })
 
 
-def history_notes(entries, working, os_word):
-    """MDN-style one-liners per (device, dtype): 'works since torch 2.3', 'fallback on macOS < 14.4'."""
-    notes = []
-    groups = {}
-    for e in entries:
-        groups.setdefault((e["device"], e["dtype"]), []).append(e)
-    for (device, dtype), items in sorted(groups.items()):
-        by_torch = {}
-        for e in items:
-            by_torch.setdefault(e["torch_version"], []).append(e)
-        versions = sorted(by_torch, key=version_key)
-        ok = [all(e["status"] in working for e in by_torch[v]) for v in versions]
-        latest = versions[-1]
-        if ok[-1]:
-            since = versions[0]
-            for v, good in zip(reversed(versions), reversed(ok)):
-                if not good:
-                    break
-                since = v
-            text = (f"works since torch {since}" if not all(ok)
-                    else f"works in every measured torch ({versions[0]}–{latest})"
-                    if len(versions) > 1 else f"works in torch {latest}")
-        else:
-            bad = sorted({e["status"] for e in by_torch[latest] if e["status"] not in working})
-            text = f"{'/'.join(bad)} in torch {latest}"
-        # OS split within the newest torch version: the oldest OS from which it always works.
-        newest = sorted(by_torch[latest], key=lambda e: version_key(e["os_version"]))
-        flags = [e["status"] in working for e in newest]
-        if any(flags) and not all(flags) and flags[flags.index(True):] == [True] * (
-                len(flags) - flags.index(True)):
-            first_ok = newest[flags.index(True)]
-            bad = sorted({e["status"] for e in newest[:flags.index(True)]})
-            text += (f"; {'/'.join(bad)} on {first_ok['os_name'] or os_word} "
-                     f"< {first_ok['os_version']}")
-        notes.append({"device": device, "dtype": dtype, "text": text, "ok": ok[-1]})
-    return notes
-
-
 async def op_page(datasette, request):
     db = get_database(datasette)
-    conf = config(datasette)
     op_id = urllib.parse.unquote(request.url_vars["op_id"])
-    op = [dict(r) for r in await db.execute("SELECT * FROM ops WHERE id = :id", {"id": op_id})]
-    views = await optional_views(db)
-    runs = {r["id"]: dict(r) for r in await db.execute(SQL_RUNS)}
-    sql = SQL_OP_HISTORY_VIEW if "op_history" in views else SQL_OP_HISTORY
-    measured = [dict(r) for r in await db.execute(sql, {"op_id": op_id})]
-    declared = []
-    if "declared" in views:
-        declared = [dict(r) for r in await db.execute(SQL_OP_DECLARED, {"op_id": op_id})]
-    if not op and not measured and not declared:
+    op = await ask(db, matrix.op, op_id)
+    configurations = await ask(db, history.op_history, op_id)
+    declared = await ask(db, declared_q.for_op, op_id)
+    if not op and not configurations and not declared:
         raise NotFound(f"no op {op_id} in this database")
-    # One history row per (device, torch, OS): the newest run of that configuration.
-    rows, entries = {}, []
-    measured = [m for m in measured if m["run_id"] in runs]
-    for m in sorted(measured, key=lambda m: runs[m["run_id"]]["started"] or ""):
-        run = runs[m["run_id"]]
-        key = (run["device"], run["torch_version"], run["os_name"], run["os_version"])
-        if key not in rows or rows[key]["run"]["id"] != run["id"]:
-            rows[key] = {"run": run, "cells": {}}  # runs come oldest first: newest wins
-        rows[key]["cells"][m["dtype"]] = m["status"]
-    for row in rows.values():
-        for dtype, status in row["cells"].items():
-            entries.append(dict(row["run"], dtype=dtype, status=status))
-    dtypes = order_dtypes({e["dtype"] for e in entries} | {d["dtype"] for d in declared})
-    ordered = sorted(rows.values(), key=lambda r: (
-        r["run"]["device"], version_key(r["run"]["torch_version"]),
-        version_key(r["run"]["os_version"])), reverse=True)
-    history = [{
-        "label": run_label(r["run"]),
-        "matrix_url": url(datasette, "/-/matrix", run=r["run"]["id"], op=op_id),
-        "cells": [(r["cells"].get(d), cases_url(datasette, db, r["run"]["id"], op_id, d))
+    dtypes = order_dtypes({d for c in configurations for d in c["cells"]}
+                          | {d["dtype"] for d in declared})
+    rows = [{
+        "label": run_label(c["run"]),
+        "matrix_url": url(datasette, "/-/matrix", run=c["run"]["id"], op=op_id),
+        "cells": [(c["cells"].get(d), cases_url(datasette, db, c["run"]["id"], op_id, d))
                   for d in dtypes],
-    } for r in ordered]
-    firsts = []
-    if "op_firsts" in views:
-        firsts = [dict(r) for r in await db.execute(SQL_OP_FIRSTS, {"op_id": op_id})]
+    } for c in configurations]
     return await render(datasette, request, "mpsprobe_op.html", {
-        "title": op_id, "db": db.name, "op": op[0] if op else None, "op_id": op_id,
-        "dtypes": dtypes, "history": history, "declared": declared, "firsts": firsts,
-        "notes": history_notes(entries, conf["working"], "OS"),
-        "fallbacks_url": url(datasette, f"/{db.name}/results", op_id=op_id,
-                             status="fallback"),
+        "title": op_id, "db": db.name, "op": op, "op_id": op_id,
+        "dtypes": dtypes, "history": rows, "declared": declared,
+        "firsts": await ask(db, history.firsts, op_id),
+        "notes": await ask(db, history.notes, op_id),
+        "fallbacks_url": url(datasette, f"/{db.name}/results", op_id=op_id, status=FALLBACK),
     })
-
-
-def change_kind(before, after, conf):
-    working, rank = conf["working"], conf["rank"]
-    if before is None:
-        return "added"
-    if after is None:
-        return "removed"
-    if before in working and after not in working:
-        return "regression"
-    if after in working and before not in working:
-        return "fix"
-    if before not in working and after not in working:
-        return "regression" if rank[after] > rank[before] else "fix"
-    return "changed"
 
 
 async def compare_page(datasette, request):
     db = get_database(datasette)
-    conf = config(datasette)
-    runs = [dict(r) for r in await db.execute(SQL_RUNS)]
+    runs = await ask(db, runs_q.list_runs)
     by_id = {r["id"]: r for r in runs}
-    b = by_id.get(request.args.get("b")) or (runs[0] if runs else None)
+    b = by_id.get(request.args.get("b")) or await ask(db, _picked, {})
     a = by_id.get(request.args.get("a"))
     if a is None and b is not None:  # default: the previous run on the same device
-        older = [r for r in runs if r["id"] != b["id"] and (r["started"] or "") <= (b["started"] or "")]
-        same = [r for r in older if r["device"] == b["device"]]
-        a = (same or older or [None])[0]
+        a = history.previous_run(runs, b)
     changes = []
     if a and b:
-        for row in await db.execute(SQL_COMPARE, {"a": a["id"], "b": b["id"]}):
-            kind = change_kind(row["status_a"], row["status_b"], conf)
+        for row in await ask(db, history.changes, a["id"], b["id"]):
             changes.append({
-                "op_id": row["op_id"], "dtype": row["dtype"], "kind": kind,
+                "op_id": row["op_id"], "dtype": row["dtype"], "kind": row["kind"],
                 "op_url": op_url(datasette, row["op_id"]),
                 "a": (row["status_a"], cases_url(datasette, db, a["id"], row["op_id"], row["dtype"])),
                 "b": (row["status_b"], cases_url(datasette, db, b["id"], row["op_id"], row["dtype"])),
             })
-    order = ("regression", "fix", "changed", "added", "removed")
-    changes.sort(key=lambda c: order.index(c["kind"]))  # stable: op, dtype within a kind
-    kinds = [k for k in order
-             if any(c["kind"] == k for c in changes)]
+    kinds = [k for k in history.CHANGE_KINDS if any(c["kind"] == k for c in changes)]
     shown = request.args.get("kind")
     return await render(datasette, request, "mpsprobe_compare.html", {
         "title": "Compare runs", "db": db.name, "runs": runs, "a": a, "b": b,
@@ -548,27 +307,24 @@ def register_routes():
 
 
 @hookimpl
-def prepare_connection(conn):
-    conn.create_function("mpsprobe_version_key", 1, version_key_sql, deterministic=True)
-
-
-@hookimpl
 def canned_queries(datasette, database):
     db = get_database(datasette)
     if database != db.name:
         return {}
 
     async def queries():
+        # A query's default run is the run picker's answer, not a second picker in SQL.
+        run = await ask(db, _picked, {})
+        default_run = quoted(run["id"]) if run else "NULL"
+        have = await ask(db, query.present)
         chosen = dict(CANNED_QUERIES)
-        present = await optional_views(db)
-        if "op_firsts" in present:
-            chosen["first_pass_version"] = dict(chosen["first_pass_version"],
-                                                sql=SQL_FIRST_PASS_FROM_VIEW)
-        if "results_fts" in present:
-            chosen["search"] = dict(chosen["search"], sql=SQL_SEARCH_FTS,
-                                    description="Full-text search over op names, the aten ops "
-                                                "they dispatch, fallbacks and error messages.")
-        return {name: dict(q, sql=q["sql"].strip()) for name, q in chosen.items()}
+        if "results_fts" not in have:
+            chosen["search"] = dict(chosen["search"], sql=SQL_SEARCH_SUBSTRINGS,
+                                    description="Substring search over op names, the aten ops "
+                                                "they dispatch and error messages.")
+        return {name: dict(q, sql=inline_missing(q["sql"].strip(), have)
+                           .replace("{default_run}", default_run))
+                for name, q in chosen.items()}
     return queries
 
 
@@ -577,7 +333,7 @@ def render_cell(value, column, table, datasette):
     """Colour every status, in every table, view and query; link op ids to their history."""
     if not isinstance(value, str):
         return None
-    if "status" in column and value in config(datasette)["statuses"]:
+    if "status" in column and is_status(value):
         return status_badge(value)
     if column == "op_id" and (table is None or table.startswith("op_")):
         return Markup(f'<a href="{op_url(datasette, value)}">{html.escape(value)}</a>')
@@ -610,5 +366,5 @@ def extra_template_vars(datasette):
              ("Check ops", plugin_page_path("check_ops.py") or f"/{db.name}/check_ops"),
              ("Findings", plugin_page_path("findings.py")),
              ("Queries", f"/{db.name}#queries"), ("Runs", f"/{db.name}/runs")]
-    return {"mpsprobe_nav": [(label, datasette.urls.path(path)) for label, path in links if path],
-            "status_class": status_class}
+    return dict(template_vars(),
+                mpsprobe_nav=[(label, datasette.urls.path(path)) for label, path in links if path])

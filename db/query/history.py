@@ -1,0 +1,119 @@
+"""Across runs: one op's history, "works since", and what changed between two runs.
+
+"Works since" is decided once, in SQL, by the `op_firsts` view (db/views.py);
+`notes` only words its columns.
+"""
+from mpsprobe.versions import sort_key
+from mpsprobe.vocabulary import FORWARD, PASS_COLUMN, RANK, WORKING
+from . import rows, view
+
+CHANGE_KINDS = ("regression", "fix", "changed", "added", "removed")
+
+
+def op_history(conn, op_id, pass_=FORWARD):
+    """The op's rows, one per (device, torch, OS): the newest run of each, as
+    {"run": runs row, "cells": {dtype: status}}, newest configuration first."""
+    found = rows(conn, f"""
+        SELECT h.dtype, h.status, r.*
+        FROM {view(conn, "op_dtype_status")} AS h JOIN runs AS r ON r.id = h.run_id
+        WHERE h.op_id = ? AND h.{PASS_COLUMN} = ?
+        ORDER BY r.started""", [op_id, pass_])
+    configurations = {}
+    for row in found:
+        dtype, status = row.pop("dtype"), row.pop("status")
+        key = (row["device"], row["torch_version"], row["os_name"], row["os_version"])
+        if key not in configurations or configurations[key]["run"]["id"] != row["id"]:
+            configurations[key] = {"run": row, "cells": {}}  # oldest first: the newest wins
+        configurations[key]["cells"][dtype] = status
+    ordered = sorted(configurations.values(), key=lambda c: (
+        c["run"]["device"], sort_key(c["run"]["torch_version"]), sort_key(c["run"]["os_version"])),
+        reverse=True)
+    return ordered
+
+
+def firsts(conn, op_id, pass_=FORWARD):
+    return rows(conn, f"""
+        SELECT dtype, device, os_name, os_major, first_pass_torch, last_fail_torch,
+               passing_since_torch, latest_torch, latest_status, first_seen_torch, n_versions
+        FROM {view(conn, "op_firsts")} WHERE op_id = ? AND {PASS_COLUMN} = ?
+        ORDER BY device, dtype""",
+                [op_id, pass_])
+
+
+def _note(group):
+    if group["latest_status"] in WORKING:
+        if group["last_fail_torch"] is None:
+            if (group["n_versions"] or 0) > 1:
+                return (f"works in every measured torch "
+                        f"({group['first_seen_torch']}–{group['latest_torch']})")
+            return f"works in torch {group['latest_torch']}"
+        return f"works since torch {group['passing_since_torch'] or group['latest_torch']}"
+    return f"{group['latest_status']} in torch {group['latest_torch']}"
+
+
+def notes(conn, op_id, os_word="OS", pass_=FORWARD):
+    """MDN-style one-liners per (device, dtype): 'works since torch 2.3',
+    'fallback on macOS < 15', from the op_firsts view."""
+    by_pair = {}
+    for row in firsts(conn, op_id, pass_):
+        by_pair.setdefault((row["device"], row["dtype"]), []).append(row)
+    found = []
+    for (device, dtype), groups in sorted(by_pair.items()):
+        groups.sort(key=lambda g: sort_key(str(g["os_major"] if g["os_major"] is not None else "")))
+        newest = groups[-1]
+        text = _note(newest)
+        ok = newest["latest_status"] in WORKING
+        # Within the newest torch, an OS split: the oldest OS from which it always works.
+        same = [g for g in groups if g["latest_torch"] == newest["latest_torch"]]
+        flags = [g["latest_status"] in WORKING for g in same]
+        if any(flags) and not all(flags) and all(flags[flags.index(True):]):
+            first_ok = same[flags.index(True)]
+            bad = sorted({g["latest_status"] for g in same[:flags.index(True)]})
+            text += f"; {'/'.join(bad)} on {first_ok['os_name'] or os_word} < {first_ok['os_major']}"
+        found.append({"device": device, "dtype": dtype, "text": text, "ok": ok})
+    return found
+
+
+def change_kind(before, after):
+    if before is None:
+        return "added"
+    if after is None:
+        return "removed"
+    if before in WORKING and after not in WORKING:
+        return "regression"
+    if after in WORKING and before not in WORKING:
+        return "fix"
+    if before not in WORKING and after not in WORKING:
+        return "regression" if RANK.get(after, -1) > RANK.get(before, -1) else "fix"
+    return "changed"
+
+
+def changes(conn, run_a, run_b, pass_=FORWARD):
+    """The (op, dtype) cells whose status differs between two runs, regressions
+    first, then fixes, changes, additions and removals; op and dtype order within."""
+    found = rows(conn, f"""
+        WITH s AS (SELECT * FROM {view(conn, "op_dtype_status")}),
+             a AS (SELECT op_id, dtype, status FROM s
+                   WHERE run_id = :a AND {PASS_COLUMN} = :which_pass),
+             b AS (SELECT op_id, dtype, status FROM s
+                   WHERE run_id = :b AND {PASS_COLUMN} = :which_pass)
+        SELECT a.op_id, a.dtype, a.status AS status_a, b.status AS status_b
+        FROM a LEFT JOIN b USING (op_id, dtype) WHERE b.status IS NOT a.status
+        UNION ALL
+        SELECT b.op_id, b.dtype, NULL, b.status
+        FROM b LEFT JOIN a USING (op_id, dtype) WHERE a.status IS NULL
+        ORDER BY 1, 2""", {"a": run_a, "b": run_b, "which_pass": pass_})
+    for row in found:
+        row["kind"] = change_kind(row["status_a"], row["status_b"])
+    found.sort(key=lambda c: CHANGE_KINDS.index(c["kind"]))  # stable: op, dtype within a kind
+    return found
+
+
+def previous_run(runs, run):
+    """The run to compare `run` with by default: the newest older one on the same
+    device, else the newest older one. `runs`: list_runs()' list."""
+    older = sorted((r for r in runs if r["id"] != run["id"]
+                    and (r["started"] or "") <= (run["started"] or "")),
+                   key=lambda r: r["started"] or "", reverse=True)
+    same = [r for r in older if r["device"] == run["device"]]
+    return (same or older or [None])[0]

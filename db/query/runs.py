@@ -1,0 +1,89 @@
+"""Which run answers: the one run picker of mpsprobe.
+
+`run`, `check`, `findings` and every page of the site pick a run here, with
+one documented default:
+
+1. a measured run with results (what PyTorch declares is never a run: the
+   site shows a declaration only when asked for one);
+2. not a model replay (`check --run`, source 'model') unless asked for;
+3. the target device first: MPS, then any other accelerator, the CPU last
+   (a CPU run only calibrates the probe);
+4. then the newest torch version (compared as versions, not strings);
+5. then the newest run.
+
+Filters narrow the candidates first: a torch version prefix ("2.5" matches
+"2.5.1+cpu"), a macOS or any OS version prefix, a device ("cuda" matches
+"cuda:1"). A run id (or a unique prefix of one) picks any run, replays included.
+"""
+from mpsprobe.errors import MpsprobeError
+from mpsprobe.versions import matches
+from . import rows
+
+SOURCES = ("opinfo", "model")
+
+
+class RunNotFound(MpsprobeError):
+    """No run answers the question: one line for the user."""
+
+
+def device_rank(device):
+    """0 for MPS, 1 for any other accelerator (or test target), 2 for the CPU."""
+    kind = (device or "").split(":", 1)[0]
+    return 0 if kind == "mps" else 2 if kind == "cpu" else 1
+
+
+def list_runs(conn, with_results_only=False):
+    """Every run, best first by the default order, each with n_results."""
+    found = rows(conn, """
+        SELECT runs.*, (SELECT count(*) FROM results WHERE run_id = runs.id) AS n_results
+        FROM runs""")
+    if with_results_only:
+        found = [r for r in found if r["n_results"]]
+    # Stable sorts, last key first: newest run, newest torch, then the device's rank.
+    found.sort(key=lambda r: r.get("started") or "", reverse=True)
+    found.sort(key=lambda r: r.get("torch_version_key") or "", reverse=True)
+    found.sort(key=lambda r: device_rank(r.get("device")))
+    return found
+
+
+def _device_match(run, device):
+    if not device or device == "auto":
+        return True
+    return run["device"] == device or run["device"].split(":")[0] == device
+
+
+def describe(run):
+    where = f"{run.get('os_name') or ''} {run.get('os_version') or ''}".strip()
+    return f"{run['device']}, torch {run['torch_version']}, {where}".strip(", ")
+
+
+def pick_run(conn, run_id=None, torch=None, macos=None, os=None, device=None, source=None):
+    """The run to answer from, as a dict (a runs-table row and n_results). Raises RunNotFound."""
+    every = list_runs(conn)
+    if run_id:
+        found = [r for r in every if r["id"] == run_id] or \
+                [r for r in every if r["id"].startswith(run_id)]
+        if len(found) != 1:
+            raise RunNotFound(f"no run {run_id!r} in the database" if not found
+                              else f"run id {run_id!r} is ambiguous: give more of it")
+        return found[0]
+    measured = [r for r in every if r["n_results"]]
+    if not measured:
+        raise RunNotFound("the database holds no probe results: run `mpsprobe run` first")
+    wanted = [r for r in measured
+              if (r.get("source") or "opinfo") == (source or "opinfo")
+              and matches(r["torch_version"], torch)
+              and (not macos or (r["os_name"] == "macOS" and matches(r["os_version"], macos)))
+              and matches(r["os_version"], os)
+              and _device_match(r, device)]
+    if not wanted:
+        have = sorted({describe(r) for r in measured})
+        raise RunNotFound(f"no run matches those filters; the database has: {'; '.join(have)}")
+    return wanted[0]
+
+
+def results(conn, run_id):
+    """Every case of one run: its results row with the case's sample index and summary."""
+    return rows(conn, """
+        SELECT r.*, c.sample_index, c.sample FROM results AS r
+        JOIN cases AS c ON c.id = r.case_id WHERE r.run_id = ? ORDER BY r.case_id""", [run_id])

@@ -1,0 +1,246 @@
+"""The Python API: what `mpsprobe` does, for a notebook or a script; the CLI calls it.
+
+    import mpsprobe
+    run = mpsprobe.probe(ops=["add"], dtypes=["float32"], device="cpu", samples=1, db="x.db")
+    run.counts                      # {"pass": 1}
+    rows = list(run.results())      # one dict per case
+    report = mpsprobe.check_model(model, example_inputs, db="x.db")
+    report.ops, report.to_json()
+
+Every user mistake raises mpsprobe.MpsprobeError (one line, nothing written).
+torch, Datasette and the store load only when a function needs them.
+"""
+import json
+import os
+
+from mpsprobe.errors import MpsprobeError
+
+
+def _split(value):
+    """A list from a list, a tuple or a comma-separated string."""
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [x.strip() for x in value.replace("\n", ",").split(",") if x.strip()]
+    return [str(x) for x in value]
+
+
+def open_db(path, readonly=False):
+    """The mpsprobe database at `path` (a sqlite-utils Database), created or
+    migrated as needed; `readonly=True` never writes (and refuses an old schema)."""
+    from mpsprobe.db import schema
+    return schema.open_db(str(path), readonly=readonly)
+
+
+class Run:
+    """One probe run: its id, where it is recorded, its state and counts per status."""
+
+    def __init__(self, db_path, run_id, state, total, counts, pairs, env, resumed=False):
+        self.db_path = db_path
+        self.id = run_id
+        self.state = state
+        self.total = total
+        self.counts = counts
+        self.pairs = pairs
+        self.env = env
+        self.resumed = resumed
+
+    def results(self):
+        """Every case of the run, as dicts (results-table rows with the case's sample)."""
+        from mpsprobe.db.query import runs as runs_q
+        db = open_db(self.db_path, readonly=True)
+        try:
+            yield from runs_q.results(db.conn, self.id)
+        finally:
+            db.conn.close()
+
+    def to_json(self):
+        return {"run_id": self.id, "db": self.db_path, "state": self.state, "cases": self.total,
+                "pairs": self.pairs, "counts": self.counts, "device": self.env.get("device"),
+                "device_name": self.env.get("device_name"), "torch": self.env.get("torch_version"),
+                "os": f"{self.env.get('os_name')} {self.env.get('os_version') or ''}".strip()}
+
+    def __repr__(self):
+        return f"<mpsprobe.Run {self.id[:12]} {self.state}: {self.total} cases {self.counts}>"
+
+
+def probe(ops=None, dtypes=None, device="auto", samples=3, db="mpsprobe.db", *, timing=True,
+          workers=0, timeout=60.0, mps_fallback=False, shard=None, torch="current",
+          backend=None, resume=False, fresh=False, select=None, on_start=None, on_case=None,
+          on_pair=None, say=None):
+    """Probe ops (OpInfo names or globs; all by default) in dtypes on a device.
+
+    Each case runs on the CPU and on the target in an isolated worker and is
+    recorded in the database `db`; calling it again with the same arguments
+    continues an interrupted run (`fresh=True` always starts a new one).
+    `shard`: (i, n) or "i/n". `torch`: which torch to probe (see `mpsprobe run
+    --torch`). `select(pair)`: keep only some planned (op, dtype) pairs.
+    Callbacks: on_start(run, todo) once the run is open (run.state "running"; todo:
+    the pairs still to do), on_case(pair, index, result),
+    on_pair(pair, n_cases); say(text) for progress lines.
+    Returns a Run.
+    """
+    from mpsprobe.envs import ensure
+    from mpsprobe.engine.plan import SweepOptions, parse_shard
+    from mpsprobe.engine.sweep import Sweep
+    if isinstance(shard, str):
+        shard = parse_shard(shard)
+    python = ensure(torch, say=say or (lambda text: None))
+    options = SweepOptions(
+        db_path=str(db), device=device, backend=backend, ops=_split(ops), dtypes=_split(dtypes),
+        samples=samples, timing=timing, workers=workers, timeout=timeout,
+        mps_fallback=mps_fallback, shard=tuple(shard) if shard else None, python=python,
+        resume=resume, fresh=fresh)
+    sweep = Sweep(options)
+    env, pairs = sweep.prepare(select)
+    todo = sweep.open()
+    run = Run(str(db), sweep.writer.run_id, "running", 0, {}, len(pairs), env, sweep.resumed)
+    if on_start:
+        on_start(run, todo)
+    run.state, run.total, run.counts = sweep.run(todo, on_case, on_pair)
+    return run
+
+
+def _loaded(model, example_inputs, input_shape, dtype, name):
+    """A LoadedModel from an nn.Module (with its inputs) or a spec ("file.py", "torchvision:NAME")."""
+    import torch
+    from mpsprobe.modelcheck import load
+    if isinstance(model, (str, os.PathLike)):
+        loaded = load.load(str(model), load.parse_shape(input_shape) if isinstance(input_shape, str)
+                           else input_shape)
+    else:
+        if not isinstance(model, torch.nn.Module):
+            raise MpsprobeError(f"check_model takes an nn.Module or a model spec, "
+                                f"not a {type(model).__name__}")
+        loaded = load.LoadedModel(name or type(model).__name__, model, example_inputs)
+    if dtype:
+        load.cast(loaded, getattr(torch, dtype) if isinstance(dtype, str) else dtype)
+    return loaded
+
+
+def check_model(model, example_inputs=None, db="mpsprobe.db", *, input_shape=None, train=False,
+                optimizer="sgd", dtype=None, run=False, device="auto", backend=None, timing=True,
+                torch=None, macos=None, run_id=None, export=None, name=None, workers=1,
+                timeout=60.0, say=None):
+    """Will `model` run on the target? Its aten ops, each answered from the database.
+
+    `model`: an nn.Module (with `example_inputs`: a tensor, a tuple of
+    arguments or a dict of keyword arguments), a .py file defining build(),
+    "torchvision:NAME" (with `input_shape`), or an op list `export` wrote
+    (.json). `train`: capture backward and an optimizer step too.
+    The answers come from the run picker's run (mpsprobe.db.query.runs), or one
+    chosen by `torch`, `macos`, `device` and `run_id`. `run=True` instead replays
+    the model's calls on `device` here, in isolated workers, and records them.
+    Returns a Report: `.ops` (per-op answers), `.to_json()`, `.exit_code(fail_on)`.
+    """
+    from mpsprobe.db import schema
+    from mpsprobe.db.query import runs as runs_q
+    from mpsprobe.modelcheck import capture, report as reporting
+    say = say or (lambda text: None)
+    db_path = str(db)
+    if run and (torch or macos or run_id):
+        raise MpsprobeError("--run measures this machine: --torch, --macos and --run-id do not apply")
+    is_list = isinstance(model, (str, os.PathLike)) and str(model).endswith(".json")
+    if is_list and run:
+        raise MpsprobeError("--run needs a model to replay, not an op list")
+    store = schema.open_db(db_path, readonly=not run)
+    try:
+        model_ms = None
+        if run:
+            from mpsprobe.engine.pool import Pool, WorkerError
+            from mpsprobe.modelcheck import replay
+            pool = Pool({"device": device, "backend": backend, "timing": timing},
+                        size=workers, timeout=timeout)
+            try:
+                env = pool.request({"cmd": "describe"})["env"]
+            except WorkerError as e:
+                pool.close()
+                raise MpsprobeError(str(e)) from None
+            with pool:   # replay() runs the calls in it; closed here too if capture fails
+                recorder = replay.CallRecorder()
+                portable = not env["device"].startswith("cpu") or env.get("backend") is not None
+                model_ops = capture.capture(
+                    _loaded(model, example_inputs, input_shape, dtype, name), train=train,
+                    optimizer=optimizer, portable=portable, on_call=recorder)
+                calls = recorder.list()
+                say(f"replaying {len(calls)} distinct calls of {model_ops.distinct} aten ops on "
+                    f"{env['device']} ({env['device_name']})")
+                writer, results = replay.replay(store, calls, pool, env, model_ops.model,
+                                                timing=timing)
+            chosen = runs_q.pick_run(store.conn, run_id=writer.run_id)
+            model_ms = replay.model_time(results)
+        else:
+            chosen = runs_q.pick_run(store.conn, torch=torch, macos=macos, device=device)
+            if is_list:
+                try:
+                    with open(model) as f:
+                        model_ops = capture.ops_from_json(json.load(f))
+                except (OSError, ValueError) as e:
+                    raise MpsprobeError(f"{model}: {e}") from None
+                except capture.CheckError as e:
+                    raise MpsprobeError(f"{model}: {e}") from None
+            else:
+                model_ops = capture.capture(
+                    _loaded(model, example_inputs, input_shape, dtype, name), train=train,
+                    optimizer=optimizer, portable=chosen["device"] != "cpu")
+        if export:
+            with open(export, "w") as f:
+                json.dump(model_ops.to_json(), f, indent=2)
+        return reporting.answer(store.conn, model_ops, chosen, model_ms=model_ms,
+                                recorded_in=db_path if run else None)
+    finally:
+        store.conn.close()
+
+
+def findings(db="mpsprobe.db", run=None, against=None):
+    """Where a run (default: the run picker's) disagrees with what PyTorch declares, as a dict."""
+    from mpsprobe.db.query import findings as findings_q
+    store = open_db(db, readonly=True)
+    try:
+        return findings_q.report(store.conn, run, against)
+    finally:
+        store.conn.close()
+
+
+def record_declared(db="mpsprobe.db", wheels=(), installed=None, common_mps=None,
+                    torch_version=None, opinfo_cuda=False, macos=26.0):
+    """Record what PyTorch declares (see ops/declared/) into `db`; returns a summary per reading.
+
+    Sources: the installed torch (default, unless wheels or common_mps are
+    given), torch wheel files of any platform, a loose common_mps.py of
+    `torch_version`, and OpInfo's CUDA dtypes (`opinfo_cuda`). A source that
+    cannot be read is recorded as failed; raises MpsprobeError when none can.
+    """
+    from mpsprobe.db import writer
+    from mpsprobe.ops.declared import reading
+    sources = reading.Sources(wheels=wheels, installed=installed, common_mps=common_mps,
+                              torch_version=torch_version, opinfo_cuda=opinfo_cuda, macos=macos)
+    store = open_db(db)
+    try:
+        readings = reading.read(sources)
+        summary = []
+        for r in readings:
+            if r.error:
+                writer.record_declared_failure(store, r.torch_version, r.device, r.source,
+                                               r.origin, r.error)
+            else:
+                writer.record_declared(store, r.torch_version, r.device, r.source, r.origin,
+                                       r.tables, r.options)
+            summary.append(reading.summarize(r))
+    finally:
+        store.conn.close()
+    if not any(item["ok"] for item in summary):
+        raise reading.DeclaredError("no source could be read", summary)
+    return summary
+
+
+def merge(sources, output, say=lambda report: None):
+    """Merge mpsprobe databases into `output`; returns a report per source."""
+    from mpsprobe.db.merge import merge as merge_dbs
+    return merge_dbs(sources, output, say=say)
+
+
+def migrate(path):
+    """Bring a database up to this schema version; returns (version before, version now)."""
+    from mpsprobe.db.schema import migrate as migrate_db
+    return migrate_db(str(path))

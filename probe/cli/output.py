@@ -1,0 +1,115 @@
+"""Everything the commands print, formatted in one place (lines of text; JSON as is)."""
+import json
+
+from mpsprobe.vocabulary import STATUSES
+
+
+def as_json(data):
+    return json.dumps(data, indent=2)
+
+
+def counts_line(counts):
+    """"pass 12  fallback 1": the statuses present, in the vocabulary's order."""
+    return "  ".join(f"{s} {counts[s]}" for s in STATUSES if counts.get(s))
+
+
+def target(env):
+    """The line `run` opens with: what is measured, and what it is not."""
+    where = f"{env['device']} ({env['device_name']})"
+    if env.get("backend"):
+        return f"target: {where}, test backend {env['backend']}: NOT a real device measurement"
+    if env["device"].startswith("mps"):
+        return f"target: {where} on macOS {env.get('os_version')}, {env.get('chip')}"
+    return (f"target: {where} on {env.get('os_name')}: this is not an MPS measurement; "
+            f"results are filed under device {env['device']!r}")
+
+
+def run_summary(run):
+    """`run`'s closing lines for a finished Run."""
+    data = run.to_json()
+    lines = [f"run {run.id}: {run.total} cases in {run.pairs} (op, dtype) pairs, "
+             f"torch {data['torch']}, {data['device']} ({data['device_name']})"]
+    width = max(len(s) for s in STATUSES)
+    lines += [f"  {s:<{width}}  {run.counts[s]:>7}" for s in STATUSES if run.counts.get(s)]
+    lines.append(f"recorded in {run.db_path}")
+    return lines
+
+
+def declared_summary(summary, db_path):
+    lines = []
+    for item in summary:
+        head = f"torch {item['torch_version']}  {item['device']:<4}  {item['source']:<21}"
+        if item["error"]:
+            lines.append(f"{head}  FAILED: {item['error']}")
+            continue
+        lines.append(f"{head}  {item['rows']} rows  ({item['origin']})")
+        if "statuses" in item:
+            lines.append(f"    {item['ops']} ops: {counts_line(item['statuses'])}")
+        lines += [f"    could not decide: {text}" for text in item["unknown_conditions"]]
+    lines.append(f"recorded in {db_path}")
+    return lines
+
+
+def findings(report, limit):
+    from mpsprobe.db.query.findings import KINDS
+    run, dec = report["run"], report["declared"]
+    lines = [f"run {run['id'][:12]} ({run['device']}, torch {run['torch_version']}) vs "
+             f"declared {dec['device']} for torch {dec['torch_version']} ({dec['pairs']} pairs)"]
+    if dec["device"] == "cuda":       # OpInfo's dtype table: the probe checks itself against it
+        upstream = {"stale_xfail": "OpInfo under-declares, or the probe misses a failure",
+                    "undeclared_failure": "OpInfo over-declares, or the probe fails wrongly"}
+    else:
+        upstream = {"stale_xfail": "stale expectation: worth a PR upstream",
+                    "undeclared_failure": "undeclared bug: worth an issue upstream",
+                    "composite_passes": "composite: decomposes into supported ops"}
+    for kind in KINDS:
+        if kind.name == "composite_passes" and dec["device"] != "mps":
+            continue
+        found = [f for f in report["findings"] if f["kind"] == kind.name]
+        lines += ["", f"{kind.summary} ({upstream[kind.name]}): {len(found)}"]
+        lines += [f"  {f['op_id']} {f['dtype']}: {f['explanation']}" for f in found[:limit]]
+        if len(found) > limit:
+            lines.append(f"  … {len(found) - limit} more (--limit, or --json for all)")
+    a = report["agreement"]
+    decided = a["agree"] + a["disagree"]
+    rate = f"{a['rate']:.1%}" if a["rate"] is not None else "n/a"
+    lines += ["", f"agreement with the declaration: {rate} ({a['agree']} of {decided} pairs; "
+                  f"{a['undetermined']} undetermined, {a['undeclared']} measured pairs not declared)"]
+    lines += [f"  {d['op_id']} {d['dtype']}: {d['explanation']}" for d in a["disagreements"][:limit]]
+    if len(a["disagreements"]) > limit:
+        lines.append(f"  … {len(a['disagreements']) - limit} more")
+    return lines
+
+
+def merge_reports(reports, output):
+    lines = []
+    for r in reports:
+        migrated = f" (schema {r.schema_version}, migrated in a copy)" if r.migrated else ""
+        lines.append(f"{r.path}{migrated}: {r.runs_added} runs added, {r.runs_updated} updated, "
+                     f"{r.results_added} results added")
+    lines.append(f"merged into {output}")
+    return lines
+
+
+def merge_json(reports):
+    return as_json([{"source": r.path, "schema_version": r.schema_version,
+                     "runs_added": r.runs_added, "runs_updated": r.runs_updated,
+                     "rows_added": r.rows_added} for r in reports])
+
+
+def size(n):
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+
+
+def envs_table(found, where):
+    if not found:
+        return [f"no cached environments in {where}"]
+    width = max(len(e["name"]) for e in found)
+    lines = [f"{e['name']:<{width}}  torch {e['torch_version'] or '?':<16} "
+             f"python {e['python'] or '?':<8} {size(e['size_bytes']):>10}  {e['state']}"
+             for e in found]
+    lines.append(f"in {where}")
+    return lines

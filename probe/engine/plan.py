@@ -1,0 +1,65 @@
+"""Planning a sweep: its options, which (op, dtype) pairs a shard holds, and the
+key that makes two invocations the same run (so a second one resumes it)."""
+import hashlib
+import json
+import zlib
+from dataclasses import dataclass, field
+
+from mpsprobe.errors import MpsprobeError
+
+
+class PlanError(MpsprobeError):
+    """Options that cannot make a sweep: one line for the user, nothing written."""
+
+
+@dataclass
+class SweepOptions:
+    db_path: str = "mpsprobe.db"
+    device: str = "auto"
+    backend: str = None           # a Python file defining a test/custom target
+    ops: list = field(default_factory=list)
+    dtypes: list = field(default_factory=list)
+    samples: int = 3
+    timing: bool = True
+    workers: int = 0              # 0: one per CPU core
+    timeout: float = 60.0
+    mps_fallback: bool = False    # set PYTORCH_ENABLE_MPS_FALLBACK=1 in workers
+    shard: tuple = None           # (i, n), 1-based
+    python: str = None            # the interpreter whose torch is probed
+    resume: bool = False          # continue the newest unfinished run
+    fresh: bool = False           # never continue: always start a new run
+
+    def key_fields(self):
+        """The options that decide which cases a run holds (and so its identity)."""
+        return {"ops": sorted(self.ops), "dtypes": sorted(self.dtypes), "samples": self.samples,
+                "mps_fallback": self.mps_fallback, "shard": list(self.shard) if self.shard else None}
+
+    def check(self):
+        if self.samples < 1:
+            raise PlanError("--samples must be at least 1")
+        if self.resume and self.fresh:
+            raise PlanError("--resume and --fresh contradict each other")
+
+
+def parse_shard(text):
+    try:
+        i, n = (int(x) for x in text.split("/"))
+    except ValueError:
+        raise PlanError(f"--shard takes I/N, like 1/4 (got {text!r})") from None
+    if not 1 <= i <= n:
+        raise PlanError(f"--shard {text}: I must be between 1 and N")
+    return i, n
+
+
+def in_shard(pair, shard):
+    if not shard:
+        return True
+    i, n = shard
+    return zlib.crc32(f"{pair['op']}|{pair['dtype']}".encode()) % n == i - 1
+
+
+def run_key(env, options):
+    identity = {k: env.get(k) for k in ("torch_version", "torch_git", "device", "device_name",
+                                         "backend", "hostname", "os_version")}
+    identity.update(options.key_fields())
+    return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]

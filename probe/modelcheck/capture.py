@@ -1,0 +1,221 @@
+"""Capturing a model: which aten ops it dispatches, in which dtype, from which module.
+
+The model runs on the CPU, under a TorchDispatchMode that records every aten
+op (forward; with `train`, backward and one optimizer step too), the dtype
+each call is filed under and the module that made it. An exported op list
+(`check --export`) reads back as the same ModelOps.
+"""
+import contextlib
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Optional
+
+from mpsprobe.errors import MpsprobeError
+
+# torch is imported only where a model is captured: the site's check page
+# reads exported op lists with this module and must not pay for torch.
+OPTIMIZERS = ("sgd", "adam", "adamw")
+
+
+class CheckError(MpsprobeError):
+    """The model could not be captured: one line for the user."""
+
+
+@dataclass
+class OpUse:
+    """One aten op, in one dtype, as the model uses it."""
+    aten_op: str
+    dtype: Optional[str]
+    count: int
+    places: list = field(default_factory=list)    # module paths, most calls first
+
+
+@dataclass
+class ModelOps:
+    model: str
+    mode: str                 # "forward" or "forward+backward"
+    dtype: str
+    ops: list
+    calls: list = None        # replayable calls (modelcheck/replay.py), when recorded
+
+    def to_json(self):
+        return {"model": self.model, "mode": self.mode, "dtype": self.dtype,
+                "ops": [{"aten_op": u.aten_op, "dtype": u.dtype, "count": u.count,
+                         "places": u.places} for u in self.ops]}
+
+    @property
+    def distinct(self):
+        return len({u.aten_op for u in self.ops})
+
+
+@contextlib.contextmanager
+def portable_dispatch(enabled=True):
+    """Make the CPU take the generic paths a non-CPU target takes: no fused
+    MultiheadAttention fast path (CPU/CUDA only), no oneDNN RNN kernels, and
+    the math scaled-dot-product attention rather than the CPU's flash kernel.
+    Otherwise the capture would list CPU-only kernels no other device runs."""
+    import torch
+    if not enabled:
+        yield
+        return
+    with contextlib.ExitStack() as stack:
+        mha = getattr(torch.backends, "mha", None)
+        if mha is not None and hasattr(mha, "set_fastpath_enabled"):
+            before = mha.get_fastpath_enabled()
+            mha.set_fastpath_enabled(False)
+            stack.callback(mha.set_fastpath_enabled, before)
+        if hasattr(torch._C, "_set_mkldnn_enabled"):  # the flags() helper warns about TF32
+            before_mkldnn = torch._C._get_mkldnn_enabled()
+            torch._C._set_mkldnn_enabled(False)
+            stack.callback(torch._C._set_mkldnn_enabled, before_mkldnn)
+        try:
+            from torch.nn.attention import SDPBackend, sdpa_kernel
+            stack.enter_context(sdpa_kernel([SDPBackend.MATH]))
+        except ImportError:
+            pass
+        yield
+
+
+def capture(loaded, train=False, optimizer="sgd", on_call=None, portable=True):
+    """ModelOps for one forward (eval, no grad) or one training step of `loaded`.
+
+    `portable`: capture the generic paths a non-CPU target takes (portable_dispatch).
+    """
+    import torch
+    from mpsprobe.engine.aten import AtenCapture
+    from . import load as models
+    model = loaded.model
+    tracker = ModuleTracker(model, root_name=loaded.name)
+    cap = AtenCapture(where=tracker.current, on_call=on_call)
+    optimizers = {"sgd": torch.optim.SGD, "adam": torch.optim.Adam, "adamw": torch.optim.AdamW}
+    opt = optimizers[optimizer](model.parameters(), lr=1e-3) if train else None
+    model.train(train)
+    try:
+        with portable_dispatch(portable), tracker, torch.set_grad_enabled(train):
+            if train:
+                opt.zero_grad(set_to_none=True)
+            with cap:
+                output = models.call(model, loaded.inputs)
+                if train:
+                    tracker.phase = "loss"
+                    loss = (loaded.loss or models.default_loss)(output)
+                    tracker.label(loss, "loss")
+                    tracker.phase = "backward"
+                    loss.backward()
+                    tracker.phase = "optimizer"
+                    opt.step()
+    except models.ModelError:
+        raise
+    except Exception as e:
+        where = "training step" if train else "forward pass"
+        text = str(e).strip().splitlines()
+        raise CheckError(f"the model raised during its {where} on the CPU: "
+                         f"{type(e).__name__}: {text[0] if text else ''}".rstrip(": ")) from None
+    uses = []
+    for name in cap.ops:
+        if not name.startswith("aten::"):
+            continue  # profiler markers and the like are not kernels
+        places = [p for p, _ in cap.places.get(name, Counter()).most_common()]
+        for dtype, count in cap.main_dtypes.get(name, Counter()).most_common():
+            uses.append(OpUse(name, dtype, count, places))
+    dtype = str(next((p.dtype for p in model.parameters()), torch.get_default_dtype()))
+    return ModelOps(loaded.name, "forward+backward" if train else "forward",
+                    dtype.replace("torch.", ""), uses)
+
+
+def ops_from_json(data):
+    """ModelOps from `check --export` JSON, a list of names, or text with one name a line."""
+    if isinstance(data, str):
+        names = [x.strip() for x in data.replace(",", "\n").splitlines() if x.strip()]
+        data = names
+    if isinstance(data, list):
+        data = {"ops": data}
+    if not isinstance(data, dict) or not isinstance(data.get("ops"), list):
+        raise CheckError('expected {"ops": [...]}, a JSON list of aten op names, or one name a line')
+    default_dtype = data.get("dtype") or "float32"
+    uses = []
+    for item in data["ops"]:
+        if isinstance(item, str):
+            item = {"aten_op": item}
+        if not isinstance(item, dict) or not isinstance(item.get("aten_op"), str):
+            raise CheckError(f"not an op entry: {item!r}")
+        name = item["aten_op"].strip()
+        if not name.startswith("aten::"):
+            name = "aten::" + name
+        uses.append(OpUse(name, item.get("dtype") or default_dtype, int(item.get("count") or 1),
+                          list(item.get("places") or [])))
+    return ModelOps(data.get("model") or "ops", data.get("mode") or "ops", default_dtype, uses)
+
+
+
+def _grad_fns(tree):
+    import torch
+    from torch.utils._pytree import tree_flatten
+    return [x.grad_fn for x in tree_flatten(tree)[0]
+            if isinstance(x, torch.Tensor) and x.grad_fn is not None]
+
+
+class ModuleTracker:
+    """Names the module that dispatched each op: `features.0`, `encoder.layers.1.self_attn`.
+
+    Forward: module hooks keep a stack of the modules running. Backward: the
+    autograd engine runs one graph node at a time, and each node made during a
+    module's forward is labelled with that module when its forward returns
+    (innermost first), so `torch._C._current_autograd_node()` leads back to it.
+    """
+
+    def __init__(self, root, root_name="model"):
+        self.root = root
+        self.root_name = root_name
+        self.stack = []
+        self.node_owner = {}
+        self.phase = None      # a name for code outside any module: "loss", "optimizer"
+        self._handles = []
+        self._boundaries = []
+
+    def __enter__(self):
+        for path, module in self.root.named_modules():
+            name = path or self.root_name
+            self._handles.append(module.register_forward_pre_hook(self._enter_hook(name)))
+            self._handles.append(module.register_forward_hook(self._exit_hook(name)))
+        return self
+
+    def __exit__(self, *exc):
+        for handle in self._handles:
+            handle.remove()
+        self._handles.clear()
+        self.node_owner.clear()    # drop references to the autograd graph
+
+    def _enter_hook(self, name):
+        def hook(module, args):
+            self.stack.append(name)
+            self._boundaries.append(set(_grad_fns(args)))
+        return hook
+
+    def _exit_hook(self, name):
+        def hook(module, args, output):
+            self.label(output, name, self._boundaries.pop() if self._boundaries else set())
+            if self.stack:
+                self.stack.pop()
+        return hook
+
+    def label(self, outputs, name, boundary=frozenset()):
+        """Label the autograd nodes behind `outputs` not yet owned, up to `boundary` (the inputs')."""
+        todo, seen = _grad_fns(outputs), set()
+        while todo:
+            node = todo.pop()
+            if node is None or node in seen or node in boundary:
+                continue
+            seen.add(node)
+            self.node_owner.setdefault(node, name)  # inner modules labelled theirs first
+            todo.extend(next_node for next_node, _ in node.next_functions)
+
+    def current(self):
+        """Where the op being dispatched now comes from."""
+        import torch
+        node = torch._C._current_autograd_node()
+        if node is not None:
+            return self.node_owner.get(node, self.phase or "backward")
+        if self.stack:
+            return self.stack[-1]
+        return self.phase or self.root_name
