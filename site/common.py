@@ -9,7 +9,7 @@ import urllib.parse
 from datasette.utils.asgi import NotFound, Response
 from markupsafe import Markup
 
-from mpsprobe.vocabulary import PASS, STATUSES, is_status
+from mpsprobe.vocabulary import PASS, STATUS, STATUSES, is_status
 
 
 def get_database(datasette):
@@ -64,7 +64,7 @@ def run_label(run):
 
 def template_vars():
     """What every page's templates may use."""
-    return {"status_class": status_class, "statuses": STATUSES,
+    return {"status_class": status_class, "statuses": STATUSES, "status_info": STATUS,
             "declared_class": status_class(PASS)}
 
 
