@@ -133,3 +133,36 @@ def test_a_crash_keeps_the_cause_its_stderr_names():
     assert found["reason_kind"] == "no_kernel" and found["aten_op"] == "aten::_linalg_eigh.eigenvalues"
     assert found["message"].startswith("libc++abi")
     assert pool._evidence(["Traceback (most recent call last):", "KeyboardInterrupt"]) == {}
+
+
+def test_virtual_machine_runs_are_kept_apart_from_bare_metal(tmp_path, cpu_db):
+    import shutil
+    import sqlite3
+    from mpsprobe.db.query import history, runs
+    from mpsprobe.vocabulary import CRASH
+    path = tmp_path / "vm.db"
+    shutil.copy(cpu_db, path)
+    conn = sqlite3.connect(path)
+    bare = conn.execute("SELECT id FROM runs").fetchone()[0]
+    columns = [r[1] for r in conn.execute("PRAGMA table_info(runs)")]
+    conn.execute(f"INSERT INTO runs SELECT {', '.join('id || ' + repr('-vm') if c == 'id' else c for c in columns)}"
+                 " FROM runs")
+    conn.execute("UPDATE runs SET virtualized = 0 WHERE id = ?", [bare])  # this test machine may be a VM itself
+    conn.execute("UPDATE runs SET virtualized = 1, started = '9999' WHERE id = ?", [bare + "-vm"])
+    result_columns = [r[1] for r in conn.execute("PRAGMA table_info(results)")]
+    conn.execute(f"INSERT INTO results ({', '.join(result_columns)}) SELECT "
+                 + ", ".join("run_id || '-vm'" if c == "run_id" else c for c in result_columns)
+                 + " FROM results WHERE run_id = ?", [bare])
+    conn.execute("UPDATE results SET status = ? WHERE run_id = ?", [CRASH, bare + "-vm"])
+    conn.commit()
+
+    # The newer run is the VM's, yet the default answer is bare metal's, and a VM says what it is.
+    assert runs.pick_run(conn)["id"] == bare
+    vm = runs.pick_run(conn, run_id=bare + "-vm")
+    assert runs.machine_kind(vm) == runs.VIRTUAL_MACHINE and "(virtual machine)" in runs.describe(vm)
+    # "Works since" is told per machine: the VM's crashes do not make bare metal's add fail.
+    firsts = {(r["machine_kind"], r["dtype"]): r["latest_status"] for r in history.firsts(conn, "add")}
+    assert firsts[(runs.BARE_METAL, "float32")] != CRASH and firsts[(runs.VIRTUAL_MACHINE, "float32")] == CRASH
+    devices = {n["device"] for n in history.notes(conn, "add")}
+    assert devices == {"cpu", "cpu (virtual machine)"}
+    conn.close()
