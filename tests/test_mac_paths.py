@@ -147,7 +147,7 @@ def test_virtual_machine_runs_are_kept_apart_from_bare_metal(tmp_path, cpu_db):
     columns = [r[1] for r in conn.execute("PRAGMA table_info(runs)")]
     conn.execute(f"INSERT INTO runs SELECT {', '.join('id || ' + repr('-vm') if c == 'id' else c for c in columns)}"
                  " FROM runs")
-    conn.execute("UPDATE runs SET virtualized = 0 WHERE id = ?", [bare])  # this test machine may be a VM itself
+    conn.execute("UPDATE runs SET os_name = 'macOS', virtualized = 0")  # the same Mac, bare and in a VM
     conn.execute("UPDATE runs SET virtualized = 1, started = '9999' WHERE id = ?", [bare + "-vm"])
     result_columns = [r[1] for r in conn.execute("PRAGMA table_info(results)")]
     conn.execute(f"INSERT INTO results ({', '.join(result_columns)}) SELECT "
@@ -165,4 +165,6 @@ def test_virtual_machine_runs_are_kept_apart_from_bare_metal(tmp_path, cpu_db):
     assert firsts[(runs.BARE_METAL, "float32")] != CRASH and firsts[(runs.VIRTUAL_MACHINE, "float32")] == CRASH
     devices = {n["device"] for n in history.notes(conn, "add")}
     assert devices == {"cpu", "cpu (virtual machine)"}
+    # A Linux VM's passed-through GPU is the hardware itself: not a virtual machine's result.
+    assert runs.machine_kind({"virtualized": 1, "os_name": "Ubuntu"}) == runs.BARE_METAL
     conn.close()

@@ -8,7 +8,7 @@ one documented default:
 2. not a model replay (`check --run`, source 'model') unless asked for;
 3. the target device first: MPS, then any other accelerator, the CPU last
    (a CPU run only calibrates the probe);
-4. bare metal before a virtual machine (a GitHub-hosted macOS runner is one:
+4. bare metal before a macOS virtual machine (a GitHub-hosted runner is one:
    about 1 GB for MPS, outputs unlike a real Mac's), so a VM answers only
    when nothing else does, and says so (`describe`);
 5. then the newest torch version (compared as versions, not strings);
@@ -36,18 +36,22 @@ def device_rank(device):
 
 
 # What kind of machine a run was measured on. Roll-ups keep the kinds apart:
-# a virtual machine's results are never pooled with bare metal's.
+# a macOS virtual machine's results are never pooled with bare metal's. Its
+# MPS is a paravirtualised GPU (about 1 GB, outputs unlike a real Mac's); a
+# Linux VM's passed-through GPU is the hardware itself, so it counts as bare.
 BARE_METAL, VIRTUAL_MACHINE = "bare metal", "virtual machine"
 
 
 def machine_kind(run):
-    """VIRTUAL_MACHINE for a run recorded as virtualised, else BARE_METAL (unknown counts as bare)."""
-    return VIRTUAL_MACHINE if run.get("virtualized") == 1 else BARE_METAL
+    """VIRTUAL_MACHINE for a macOS run recorded as virtualised, else BARE_METAL (unknown counts as bare)."""
+    virtual = run.get("virtualized") == 1 and run.get("os_name") == "macOS"
+    return VIRTUAL_MACHINE if virtual else BARE_METAL
 
 
 def machine_kind_sql(alias="runs"):
     """The same label as an SQL expression over a runs row, for views and queries to group by."""
-    return f"CASE WHEN {alias}.virtualized = 1 THEN '{VIRTUAL_MACHINE}' ELSE '{BARE_METAL}' END"
+    return (f"CASE WHEN {alias}.virtualized = 1 AND {alias}.os_name = 'macOS' "
+            f"THEN '{VIRTUAL_MACHINE}' ELSE '{BARE_METAL}' END")
 
 
 def list_runs(conn, with_results_only=False):

@@ -48,7 +48,7 @@ def mac_gpu(profiler_json=None):
     either is None when missing.
     """
     text = profiler_json if profiler_json is not None else _command(
-        "system_profiler", "SPDisplaysDataType", "-json")
+        "system_profiler", "-json", "SPDisplaysDataType")
     try:
         for gpu in json.loads(text or "{}").get("SPDisplaysDataType", []):
             model, cores = gpu.get("sppci_model"), _int(str(gpu.get("sppci_cores") or ""))
