@@ -16,7 +16,10 @@ from mpsprobe.vocabulary import STATUSES
 @click.option("--dtypes", default="", help="Comma-separated dtypes (default: all the op supports on CPU).")
 @click.option("--samples", default=3, show_default=True, type=int, help="Sample inputs per (op, dtype).")
 @click.option("--timing/--no-timing", default=True, show_default=True, help="Time reference and target.")
-@click.option("--workers", default=0, type=int, help="Worker processes (default: one per CPU core).")
+@click.option("--workers", default=0, type=int,
+              help="Worker processes (default: one per CPU core; one on MPS, since a Mac has one GPU and "
+                   "each worker holds its own Metal memory there: parallel workers would run each other out "
+                   "of memory and time each other's work. More are allowed.)")
 @click.option("--timeout", default=60.0, show_default=True, type=float, help="Seconds one case may take.")
 @click.option("--mps-fallback/--no-mps-fallback", default=False, show_default=True,
               help="Set PYTORCH_ENABLE_MPS_FALLBACK=1 in workers: unimplemented ops fall back instead of failing.")

@@ -11,6 +11,7 @@ from dataclasses import asdict
 import mpsprobe
 from mpsprobe.db import schema
 from mpsprobe.db.writer import RunWriter
+from .launch import worker_command
 from .plan import PlanError, SweepOptions, in_shard, parse_shard, run_key  # noqa: F401
 from .pool import Pool, WorkerError
 
@@ -60,6 +61,18 @@ def _recording_now(run, env):
         return False
 
 
+def default_workers(device, cpu_count):
+    """Workers when --workers is not given: one per CPU core, but one on MPS.
+
+    A Mac has one GPU. Each worker is a process with its own Metal allocator
+    and cache on it: parallel workers run each other out of memory (recorded as
+    errors that are not the op's) and time each other's work.
+    """
+    if str(device or "").split(":")[0] == "mps":
+        return 1
+    return max(1, cpu_count or 1)
+
+
 class Sweep:
     """Prepare (validate everything, write nothing), then open the run, then run it."""
 
@@ -73,6 +86,18 @@ class Sweep:
                          python=options.python, env=worker_env(options))
         self.env = self.pairs = self.writer = None
         self.resumed = False
+
+    def _fit_pool_to_device(self):
+        """Once the device is known: one worker on MPS unless --workers says otherwise."""
+        if self.options.workers or not self.env:
+            return
+        size = default_workers(self.env.get("device"), os.cpu_count())
+        if size == self.pool.size:
+            return
+        self.pool.close()  # the describing worker ran with the threads of another pool size
+        self.pool.size = size
+        self.config["threads"] = max(1, (os.cpu_count() or 1) // size)
+        self.pool.command = worker_command(self.config, self.options.python)
 
     def prepare(self, select=None):
         """Check the DB, the device and the op/dtype filters; plan the pairs
@@ -125,6 +150,7 @@ class Sweep:
         """Run `todo` to the end (or until should_stop()); returns (state, total, counts)."""
         started = time.monotonic()
         state = "interrupted"
+        self._fit_pool_to_device()
 
         def case(pair, index, sample, result):
             self.writer.record(pair, index, sample, result)

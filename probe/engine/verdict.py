@@ -46,11 +46,12 @@ class Verdict:
     rtol: float = None
     factor: float = FACTOR
     nonfinite_mismatch: bool = False
+    kind: str = None       # the reason kind of a failure: values, nonfinite or metadata
     _ratios: list = field(default_factory=list, repr=False)
 
-    def fail(self, reason):
+    def fail(self, reason, kind="values"):
         if self.ok:
-            self.ok, self.reason = False, reason
+            self.ok, self.reason, self.kind = False, reason, kind
 
     def worst(self, attr, value):
         if value is not None and not math.isnan(value):
@@ -84,11 +85,11 @@ def _compare_floating(verdict, where, t, c, g):
     for check in (torch.isnan, torch.isposinf, torch.isneginf):
         if not t.is_complex() and not torch.equal(check(t), check(c)):
             verdict.nonfinite_mismatch = True
-            verdict.fail(f"{where}: NaN/Inf pattern differs from the CPU")
+            verdict.fail(f"{where}: NaN/Inf pattern differs from the CPU", "nonfinite")
             return
     if t.is_complex() and not torch.equal(torch.isfinite(t), torch.isfinite(c)):
         verdict.nonfinite_mismatch = True
-        verdict.fail(f"{where}: NaN/Inf pattern differs from the CPU")
+        verdict.fail(f"{where}: NaN/Inf pattern differs from the CPU", "nonfinite")
         return
     finite = torch.isfinite(t) & torch.isfinite(c) & torch.isfinite(g)
     t, c, g = t[finite], c[finite], g[finite]
@@ -107,11 +108,11 @@ def _compare_floating(verdict, where, t, c, g):
 
 def _compare_tensor(verdict, where, t, c, g, values, device_type):
     if t.shape != c.shape:
-        return verdict.fail(f"{where}: shape {tuple(t.shape)} vs CPU {tuple(c.shape)}")
+        return verdict.fail(f"{where}: shape {tuple(t.shape)} vs CPU {tuple(c.shape)}", "metadata")
     if t.dtype != c.dtype:
-        return verdict.fail(f"{where}: dtype {t.dtype} vs CPU {c.dtype}".replace("torch.", ""))
+        return verdict.fail(f"{where}: dtype {t.dtype} vs CPU {c.dtype}".replace("torch.", ""), "metadata")
     if device_type is not None and t.device.type != device_type:
-        return verdict.fail(f"{where}: output on {t.device.type}, expected {device_type}")
+        return verdict.fail(f"{where}: output on {t.device.type}, expected {device_type}", "metadata")
     if not values:
         return
     t, c = _plain(t), _plain(c)
@@ -135,7 +136,7 @@ def compare(target_out, cpu_out, truth_out, dtype, values=True, device_type=None
     c_leaves, c_spec = tree_flatten(cpu_out)
     g_leaves = tree_flatten(truth_out)[0] if truth_out is not None else None
     if t_spec != c_spec or len(t_leaves) != len(c_leaves):
-        verdict.fail("output structure differs from the CPU's")
+        verdict.fail("output structure differs from the CPU's", "metadata")
         return verdict
     if g_leaves is not None and len(g_leaves) != len(c_leaves):
         g_leaves = None
@@ -146,7 +147,7 @@ def compare(target_out, cpu_out, truth_out, dtype, values=True, device_type=None
         compared_values = compared_values or check_values
         if isinstance(c, torch.Tensor):
             if not isinstance(t, torch.Tensor):
-                verdict.fail(f"{where}: {type(t).__name__} where the CPU gave a tensor")
+                verdict.fail(f"{where}: {type(t).__name__} where the CPU gave a tensor", "metadata")
             else:
                 _compare_tensor(verdict, where, t, c, g, check_values, device_type)
         elif check_values and isinstance(c, float) and isinstance(t, (int, float)):
@@ -155,7 +156,7 @@ def compare(target_out, cpu_out, truth_out, dtype, values=True, device_type=None
                     or (math.isnan(t) and math.isnan(c))):
                 verdict.fail(f"{where}: {t!r} vs CPU {c!r}")
         elif check_values and type(t) is not type(c):
-            verdict.fail(f"{where}: {type(t).__name__} vs CPU {type(c).__name__}")
+            verdict.fail(f"{where}: {type(t).__name__} vs CPU {type(c).__name__}", "metadata")
         elif check_values and not isinstance(c, float) and t != c:
             verdict.fail(f"{where}: {t!r} vs CPU {c!r}")
         if not verdict.ok:

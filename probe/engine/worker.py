@@ -8,7 +8,8 @@ case, so it always knows which case was running.
 Requests (stdin, one JSON object a line):
   {"cmd": "describe"}                      -> {"type": "describe", "env": {...}}
   {"cmd": "plan", "ops": [...], "dtypes": [...]} -> {"type": "plan", "pairs": [...]}
-  {"cmd": "pair", "op": ..., "dtype": ..., "done": [sample indices already recorded]}
+  {"cmd": "pair", "op": ..., "dtype": ..., "done": [sample indices already recorded],
+   "health_check": true after a hung case was killed (optional)}
       -> {"type": "begin", "index": i, "sample": "..."} and {"type": "result", "index": i, ...}
          for each sample, then {"type": "pair_done", "n_cases": n}
   {"cmd": "replay", "op": ..., "dtype": ..., "done": [...], "calls": [encoded calls]}
@@ -21,6 +22,7 @@ import sys
 import threading
 import time
 
+HEALTH_CHECK_S = 10.0
 
 def _watch_parent():
     """Exit when the parent dies, so a killed sweep leaves no workers behind."""
@@ -53,6 +55,25 @@ class Worker:
             self._opinfos = opinfo.load_op_db()
         return self._opinfos
 
+    def start_pair(self, request):
+        """Each pair starts from an empty device cache (no pair pays for another's memory)
+        and, after a killed hang, a device check: the notes for its results, or None."""
+        self.target.empty_cache()
+        return self.health_check() if request.get("health_check") else None
+
+    def health_check(self):
+        """After a hung case was killed, is the device answering again? Notes for the results that follow.
+
+        A killed process's GPU work may still be running (pytorch#135442): the
+        timings taken next are flagged with how long a tiny synchronised op took,
+        or that it did not finish within HEALTH_CHECK_S.
+        """
+        took = self.target.health_check(HEALTH_CHECK_S)
+        if took is None:
+            return {"after_hang": True, "device_busy": True,
+                    "health_check": f"a tiny op did not finish within {HEALTH_CHECK_S:g} s"}
+        return {"after_hang": True, "health_check_ms": round(took, 3)}
+
     def describe(self, request):
         from . import environment
         self.send({"type": "describe", "env": environment.describe(self.target)})
@@ -69,6 +90,7 @@ class Worker:
         from mpsprobe.vocabulary import ERROR, SKIP
         op = opinfo.find(self.opinfos, request["op"])
         dtype = opinfo.parse_dtype(request["dtype"])
+        after_hang = self.start_pair(request)
         done = set(request.get("done") or ())
         nondeterministic = opinfo.is_nondeterministic(request["op"])
         try:
@@ -93,21 +115,29 @@ class Worker:
                 result = {"status": ERROR, "check_kind": "none",
                           "reason": "mpsprobe could not judge this case",
                           "error_type": type(e).__name__, "message": str(e)[:500]}
-            self.send({"type": "result", "index": index, **result})
+            self.send({"type": "result", "index": index, **flagged(result, after_hang)})
         self.send({"type": "pair_done", "n_cases": len(cases)})
 
     def replay(self, request):
         """A pair of a model's captured calls (modelcheck.replay.pairs), each a case."""
         from mpsprobe.modelcheck.replay import decode, run_call
         done = set(request.get("done") or ())
+        after_hang = self.start_pair(request)
         calls = [decode(text) for text in request["calls"]]
         for call in calls:
             if call.index in done:
                 continue
             self.send({"type": "begin", "index": call.index, "sample": call.summary()})
             result = run_call(call, self.target, timing=self.config.get("timing", True))
-            self.send({"type": "result", "index": call.index, **result})
+            self.send({"type": "result", "index": call.index, **flagged(result, after_hang)})
         self.send({"type": "pair_done", "n_cases": len(calls)})
+
+
+def flagged(result, after_hang):
+    """`result` with the device check's notes, when one ran before its pair."""
+    if after_hang is None:
+        return result
+    return dict(result, notes=dict(result.get("notes") or {}, **after_hang))
 
 
 def main(config_json):
