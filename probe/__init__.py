@@ -9,6 +9,7 @@ The Python API (see the README for a notebook example):
     report.ops, report.to_json()
     db = mpsprobe.open_db("x.db")            # a sqlite-utils Database
     mpsprobe.findings("x.db"), mpsprobe.record_declared("x.db")
+    mpsprobe.record_declared_history("x.db", "2.0..2.13")   # downloads macOS wheels
     mpsprobe.merge(["a.db", "b.db"], "all.db"), mpsprobe.migrate("old.db")
 
 Every user mistake raises mpsprobe.MpsprobeError. The names load lazily, so
@@ -23,8 +24,8 @@ from mpsprobe.errors import MpsprobeError
 
 __version__ = "0.1.0"
 
-_API = ("probe", "check_model", "open_db", "findings", "record_declared", "merge", "migrate",
-        "Run")
+_API = ("probe", "check_model", "open_db", "findings", "record_declared",
+        "record_declared_history", "merge", "migrate", "Run")
 __all__ = ["MpsprobeError", "__version__", *_API]
 
 

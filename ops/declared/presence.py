@@ -5,14 +5,15 @@ predate some of its ops (`hash_tensor` is not in torch 2.8). Such an op is
 declared absent only when the release's own files say so, statically and
 conservatively:
 
-- an op whose aten function we can name (the OpInfo's aten_name, or the `N`
-  of `torch.ops.aten.N…` / `torch.N`) and which the installed torch's
-  native_functions.yaml has: absent when no overload of `N` is in the
-  release's yaml and torch/functional.py (Python-level torch functions) does
-  not mention `N` either;
-- an op defined in a Python module (nn.functional.X, linalg.X, fft.X,
-  special.X, sparse.X): absent when the release has that module and the word
-  `X` appears nowhere in it.
+- an op named after a Python module's function (nn.functional.X, linalg.X,
+  fft.X, special.X, sparse.X) is judged by that module alone, when the
+  release has it: absent when the word `X` appears nowhere in it, present
+  otherwise (defined in Python there, whatever aten function it calls);
+- any other op whose aten function we can name (the OpInfo's aten_name, or
+  the `N` of `torch.ops.aten.N…` / `torch.N`) and which the installed
+  torch's native_functions.yaml has: absent when no overload of `N` is in
+  the release's yaml and torch/functional.py (Python-level torch functions)
+  does not mention `N` either.
 
 Anything else (an op we cannot map to a file, a module missing from the
 wheel) is given no verdict here: it keeps whatever the other declarations say.
@@ -71,6 +72,12 @@ class Release:
 
     def absent(self, opinfo):
         """(source, note) when the release lacks the op, else None (no verdict)."""
+        home = python_home(opinfo)
+        if home and home[0] in self.python:
+            if _mentions(self.python[home[0]], home[1]):
+                return None                 # defined in Python there, whatever it calls
+            return (home[0], f"{ABSENT}: {home[1]} is not in torch "
+                             f"{self.torch_version}'s {home[0]}")
         base = aten_base(opinfo)
         if base and base in self.known and base not in self.yaml_names:
             functional = self.python.get(TORCH_FUNCTIONS)
@@ -78,8 +85,4 @@ class Release:
                 return ("native_functions.yaml",
                         f"{ABSENT}: aten {base} is absent from torch "
                         f"{self.torch_version}'s native_functions.yaml")
-        home = python_home(opinfo)
-        if home and home[0] in self.python and not _mentions(self.python[home[0]], home[1]):
-            return (home[0], f"{ABSENT}: {home[1]} is not in torch "
-                             f"{self.torch_version}'s {home[0]}")
         return None
