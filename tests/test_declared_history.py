@@ -198,6 +198,13 @@ def test_malformed_ranges_are_one_line_errors(tmp_path, spec, says):
     assert not (tmp_path / "d.db").exists()
 
 
+def test_versions_with_other_sources_is_a_one_line_error(tmp_path):
+    result = CliRunner().invoke(cli, ["declared", "--db", str(tmp_path / "d.db"),
+                                      "--versions", "2.8", "--opinfo-cuda"])
+    assert result.exit_code == 2 and "--versions reads downloaded wheels only" in result.output
+    assert len(result.output.strip().splitlines()) == 1 and not (tmp_path / "d.db").exists()
+
+
 def test_latest_patch_of_each_minor():
     available = ["2.1.0", "2.1.2", "2.1.1", "2.2.0", "2.13.0+cpu", "2.13.0", "2.14.0rc1"]
     assert history.resolve(history.parse_range("2.1..2.2,2.13,2.14,2.1.1"), available) == [

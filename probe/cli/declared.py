@@ -54,9 +54,9 @@ def declared(db_path, wheels, installed, common_mps_file, torch_version, opinfo_
     import mpsprobe
     from mpsprobe.ops.declared.reading import DeclaredError
     if versions is not None:
-        if wheels or common_mps_file or installed or opinfo_cuda:
+        if wheels or common_mps_file or torch_version or installed or opinfo_cuda:
             raise UserError("--versions reads downloaded wheels only: leave out --wheel, "
-                                   "--common-mps, --installed and --opinfo-cuda")
+                            "--common-mps, --torch-version, --installed and --opinfo-cuda")
         return _history(db_path, versions, cache_dir, macos, as_json)
     failed = None
     try:
