@@ -218,21 +218,22 @@ def findings(db="mpsprobe.db", run=None, against=None):
 
 
 def record_declared(db="mpsprobe.db", wheels=(), installed=None, common_mps=None,
-                    torch_version=None, opinfo_cuda=False, macos=26.0):
+                    torch_version=None, opinfo_cuda=False, macos=26.0, *, opinfos=None):
     """Record what PyTorch declares (see ops/declared/) into `db`; returns a summary per reading.
 
     Sources: the installed torch (default, unless wheels or common_mps are
     given), torch wheel files of any platform, a loose common_mps.py of
     `torch_version`, and OpInfo's CUDA dtypes (`opinfo_cuda`). A source that
     cannot be read is recorded as failed; raises MpsprobeError when none can.
+    `opinfos`: the OpInfo list, when the caller has loaded it already.
     """
     from mpsprobe.db import writer
     from mpsprobe.ops.declared import reading
     sources = reading.Sources(wheels=wheels, installed=installed, common_mps=common_mps,
                               torch_version=torch_version, opinfo_cuda=opinfo_cuda, macos=macos)
+    readings = reading.read(sources, opinfos)
     store = open_db(db)
     try:
-        readings = reading.read(sources)
         summary = []
         for r in readings:
             if r.error:
@@ -247,6 +248,57 @@ def record_declared(db="mpsprobe.db", wheels=(), installed=None, common_mps=None
     if not any(item["ok"] for item in summary):
         raise reading.DeclaredError("no source could be read", summary)
     return summary
+
+
+def record_declared_history(db="mpsprobe.db", versions="2.0..2.13", cache_dir=None, *,
+                            macos=26.0, downloader=None, list_versions=None, on_version=None):
+    """Record the declarations of every torch release in `versions` (e.g. "2.0..2.13").
+
+    Each release's macOS arm64 wheel is downloaded once into `cache_dir`
+    (default: $MPSPROBE_WHEEL_CACHE or ~/.cache/mpsprobe/wheels) and read like
+    a --wheel. Returns one dict per release asked for: asked, torch_version,
+    ok, error, rows (recorded), seconds, readings. A release that cannot be
+    listed, downloaded or read gets its error and nothing recorded; the others
+    are still recorded. Raises MpsprobeError for a malformed range (before
+    anything is written) and DeclaredError when no release could be recorded.
+    `downloader(version, dest)` and `list_versions()` replace pip (tests);
+    `on_version(item)` is called after each release.
+    """
+    import time
+    from mpsprobe.ops.declared import history, reading
+    from mpsprobe.ops.opinfo import load_op_db
+    wanted = history.parse_range(versions)
+    cache_dir = cache_dir or history.default_cache()
+    listing_error = None
+    try:
+        available = (list_versions or history.pip_versions)()
+    except history.DownloadError as e:        # offline: what the cache holds still counts
+        available, listing_error = history.cached_versions(cache_dir), str(e)
+    opinfos = load_op_db()
+    results = []
+    for asked, version in history.resolve(wanted, available):
+        started = time.monotonic()
+        item = {"asked": asked, "torch_version": version, "ok": False, "error": None,
+                "rows": 0, "readings": []}
+        try:
+            if version is None:
+                raise history.DownloadError(listing_error or f"PyPI has no torch {asked} release")
+            path = history.fetch(version, cache_dir, downloader or history.pip_download)
+            item["wheel"] = os.path.basename(path)
+            item["readings"] = record_declared(db, wheels=[path], installed=False, macos=macos,
+                                               opinfos=opinfos)
+            item["ok"] = True
+            item["rows"] = sum(r["rows"] for r in item["readings"] if r["ok"])
+        except MpsprobeError as e:
+            item["error"] = str(e)
+            item["readings"] = getattr(e, "summary", [])
+        item["seconds"] = round(time.monotonic() - started, 1)
+        results.append(item)
+        if on_version:
+            on_version(item)
+    if not any(item["ok"] for item in results):
+        raise reading.DeclaredError("no release could be recorded", results)
+    return results
 
 
 def merge(sources, output, say=lambda report: None):

@@ -50,6 +50,32 @@ def declared_summary(summary, db_path):
     return lines
 
 
+def declared_history(results, db_path, seconds):
+    """`declared --versions`: one line per release asked for, its readings' troubles, a total."""
+    lines = []
+    for item in results:
+        head = f"{item['asked']:<6} torch {item['torch_version'] or '?':<8}"
+        if not item["ok"]:
+            lines.append(f"{head} FAILED: {item['error']}")
+            continue
+        by = {r["source"]: r for r in item["readings"]}
+        parts = []
+        kernels = by.get("native_functions.yaml")
+        if kernels and kernels["ok"]:
+            parts.append(f"native_functions.yaml {kernels['rows']} "
+                         f"({len(kernels.get('python_mps_kernels', []))} MPS from torch.library)")
+        expectations = by.get("common_mps.py")
+        if expectations and expectations["ok"]:
+            parts.append(f"common_mps.py {expectations['rows']} "
+                         f"({expectations['absent_ops']} ops not in this release)")
+        lines.append(f"{head} {item['rows']:>6} rows: {', '.join(parts)}  [{item['seconds']} s]")
+        lines += [f"    {r['source']} not read: {r['error']}" for r in item["readings"] if not r["ok"]]
+    done = sum(item["ok"] for item in results)
+    lines.append(f"recorded {done} of {len(results)} releases in {db_path} "
+                 f"({sum(item['rows'] for item in results)} rows, {seconds:.0f} s)")
+    return lines
+
+
 def findings(report, limit):
     from mpsprobe.db.query.findings import KINDS
     run, dec = report["run"], report["declared"]
