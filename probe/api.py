@@ -66,8 +66,8 @@ class Run:
 
 def probe(ops=None, dtypes=None, device="auto", samples=3, db="mpsprobe.db", *, timing=True,
           workers=0, timeout=60.0, mps_fallback=False, shard=None, torch="current",
-          backend=None, resume=False, fresh=False, select=None, on_start=None, on_case=None,
-          on_pair=None, say=None):
+          backend=None, resume=False, fresh=False, strict_precision=False, select=None,
+          on_start=None, on_case=None, on_pair=None, say=None):
     """Probe ops (OpInfo names or globs; all by default) in dtypes on a device.
 
     Each case runs on the CPU and on the target in an isolated worker and is
@@ -75,6 +75,9 @@ def probe(ops=None, dtypes=None, device="auto", samples=3, db="mpsprobe.db", *, 
     continues an interrupted run (`fresh=True` always starts a new one).
     `shard`: (i, n) or "i/n". `torch`: which torch to probe (see `mpsprobe run
     --torch`). `select(pair)`: keep only some planned (op, dtype) pairs.
+    `strict_precision`: run with the target's reduced-precision modes (TF32, fast
+    math) off; by default they stay as the device has them, and a kernel that ran in
+    one is judged against that mode's error.
     Callbacks: on_start(run, todo) once the run is open (run.state "running"; todo:
     the pairs still to do), on_case(pair, index, result),
     on_pair(pair, n_cases); say(text) for progress lines.
@@ -90,7 +93,7 @@ def probe(ops=None, dtypes=None, device="auto", samples=3, db="mpsprobe.db", *, 
         db_path=str(db), device=device, backend=backend, ops=_split(ops), dtypes=_split(dtypes),
         samples=samples, timing=timing, workers=workers, timeout=timeout,
         mps_fallback=mps_fallback, shard=tuple(shard) if shard else None, python=python,
-        resume=resume, fresh=fresh)
+        resume=resume, fresh=fresh, strict_precision=strict_precision)
     sweep = Sweep(options)
     env, pairs = sweep.prepare(select)
     todo = sweep.open()
@@ -121,7 +124,7 @@ def _loaded(model, example_inputs, input_shape, dtype, name):
 def check_model(model, example_inputs=None, db="mpsprobe.db", *, input_shape=None, train=False,
                 optimizer="sgd", dtype=None, run=False, device="auto", backend=None, timing=True,
                 torch=None, macos=None, run_id=None, export=None, name=None, workers=1,
-                timeout=60.0, batches=None, say=None):
+                timeout=60.0, batches=None, strict_precision=False, say=None):
     """Will `model` run on the target? Its aten ops, each answered from the database.
 
     `model`: an nn.Module (with `example_inputs`: a tensor, a tuple of
@@ -130,7 +133,8 @@ def check_model(model, example_inputs=None, db="mpsprobe.db", *, input_shape=Non
     (.json). `train`: capture backward and an optimizer step too.
     The answers come from the run picker's run (mpsprobe.db.query.runs), or one
     chosen by `torch`, `macos`, `device` and `run_id`. `run=True` instead replays
-    the model's calls on `device` here, in isolated workers, and records them.
+    the model's calls on `device` here, in isolated workers, and records them
+    (`strict_precision`: with the device's reduced-precision modes off).
     `batches` (with `run`: sizes like (1, 8, 32) or "1,8,32") also times one whole
     step of the model per batch size on the CPU and `device` (modelcheck/batches.py),
     recorded under the replay's run and kept in the Report's `batch_sweep`.
@@ -158,7 +162,8 @@ def check_model(model, example_inputs=None, db="mpsprobe.db", *, input_shape=Non
         if run:
             from mpsprobe.engine.pool import Pool, WorkerError
             from mpsprobe.modelcheck import replay
-            pool = Pool({"device": device, "backend": backend, "timing": timing},
+            pool = Pool({"device": device, "backend": backend, "timing": timing,
+                         "strict_precision": strict_precision},
                         size=workers, timeout=timeout)
             try:
                 env = pool.request({"cmd": "describe"})["env"]
@@ -174,6 +179,8 @@ def check_model(model, example_inputs=None, db="mpsprobe.db", *, input_shape=Non
                 calls = recorder.list()
                 say(f"replaying {len(calls)} distinct calls of {model_ops.distinct} aten ops on "
                     f"{env['device']} ({env['device_name']})")
+                from mpsprobe.cli.output import precision_line
+                say(precision_line(env.get("precision_modes")))
                 writer, results = replay.replay(store, calls, pool, env, model_ops.model,
                                                 timing=timing)
             chosen = runs_q.pick_run(store.conn, run_id=writer.run_id)

@@ -89,8 +89,9 @@ _REASON_KINDS = (
                "PyTorch's generic fallback ran the op on the CPU (PYTORCH_ENABLE_MPS_FALLBACK=1)."),
     ReasonKind("kernel_fallback", (FALLBACK,), "kernel falls back to the CPU",
                "The target's own kernel ran the work on the CPU, e.g. below a macOS version (recorded)."),
-    ReasonKind("reduced_precision", (PASS, MISMATCH), "reduced-precision mode",
-               "The kernel ran in a reduced-precision mode (e.g. TF32, fast math); judged against that mode's error."),
+    ReasonKind("reduced_precision", (PASS, MISMATCH, SKIP), "reduced-precision mode",
+               "The kernel ran in a reduced-precision mode (e.g. TF32, fast math); judged against that mode's error "
+               "(skipped where that error cannot be bounded for the op)."),
     ReasonKind("distribution", (PASS, MISMATCH), "checked as a distribution",
                "A random op: judged by a statistical test with a stated false-alarm rate."),
     ReasonKind("values", (MISMATCH,), "wrong values",

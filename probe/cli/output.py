@@ -24,6 +24,14 @@ def target(env):
             f"results are filed under device {env['device']!r}")
 
 
+def precision_line(mode_names):
+    """Which precision a run's target computed in (runs.precision_modes)."""
+    if mode_names:
+        return (f"precision: reduced-precision modes on ({', '.join(mode_names)}); kernels in them "
+                "judged against the mode's error")
+    return "precision: full (no reduced-precision mode on)"
+
+
 def run_summary(run):
     """`run`'s closing lines for a finished Run."""
     data = run.to_json()
@@ -31,6 +39,7 @@ def run_summary(run):
              f"torch {data['torch']}, {data['device']} ({data['device_name']})"]
     width = max(len(s) for s in STATUSES)
     lines += [f"  {s:<{width}}  {run.counts[s]:>7}" for s in STATUSES if run.counts.get(s)]
+    lines.append(precision_line(run.env.get("precision_modes")))
     lines.append(f"recorded in {run.db_path}")
     return lines
 

@@ -30,11 +30,14 @@ from mpsprobe.vocabulary import STATUSES
 @click.option("--shard", default=None, help="Run only slice I of N, like 2/4 (for splitting a sweep).")
 @click.option("--resume", is_flag=True, help="Continue the newest unfinished run in the DB.")
 @click.option("--fresh", is_flag=True, help="Start a new run even if a matching one exists.")
+@click.option("--strict-precision", is_flag=True,
+              help="Turn the target's reduced-precision modes (TF32, MPS fast math) off. By default "
+                   "they stay on, and a kernel that ran in one is judged against that mode's error.")
 @click.option("--backend", default=None, hidden=True,
               help="FILE.py[:factory] defining a custom target (used by the test suite).")
 @click.option("--json", "as_json", is_flag=True, help="Print a machine-readable summary.")
 def run(db_path, device, ops, dtypes, samples, timing, workers, timeout, mps_fallback,
-        torch_spec, shard, resume, fresh, backend, as_json):
+        torch_spec, shard, resume, fresh, strict_precision, backend, as_json):
     """Probe every OpInfo op on a device and record the results.
 
     Each case (op, dtype, sample) runs on the CPU and on the target in an
@@ -73,6 +76,7 @@ def run(db_path, device, ops, dtypes, samples, timing, workers, timeout, mps_fal
         run = mpsprobe.probe(ops, dtypes, device, samples, db_path, timing=timing, workers=workers,
                              timeout=timeout, mps_fallback=mps_fallback, shard=shard,
                              torch=torch_spec, backend=backend, resume=resume, fresh=fresh,
+                             strict_precision=strict_precision,
                              on_start=on_start, on_case=on_case, on_pair=on_pair,
                              say=lambda text: click.echo(text, err=True))
     except KeyboardInterrupt:

@@ -99,6 +99,11 @@ class Target:
         """Entered around every call on the target."""
         return contextlib.nullcontext()
 
+    def precision_modes(self):
+        """The reduced-precision settings the target's kernels run with (precision.current_modes)."""
+        from .precision import current_modes
+        return current_modes(self.torch_device)
+
 
 def _available(kind):
     if kind == "mps":

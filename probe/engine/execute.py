@@ -2,10 +2,14 @@
 import time
 import warnings
 
+import torch
+from torch.utils._pytree import tree_flatten
+
 from mpsprobe.ops import samples as sample_tools
-from mpsprobe.vocabulary import FALLBACK, MISMATCH, PASS, SKIP
-from . import classify
-from .aten import AtenCapture
+from mpsprobe.vocabulary import FALLBACK, MISMATCH, SKIP
+from . import classify, judge
+from .aten import AtenCapture, aten_name
+from .judge import REFERENCE_FAILED
 from .verdict import compare
 from .timing import median_ms
 from .witness import witness
@@ -96,42 +100,84 @@ def _moved(cpu_args, target):
         return sample_tools.to_device(cpu_args, target.torch_device)
 
 
-def run_case(op, dtype, sample, target, nondeterministic=False, timing=True, unchecked=()):
+def _record_aten(op, args, cache, key):
+    """The aten ops (and their first call's input shapes) that `op` dispatches on `args`.
+
+    A call of its own, whose output is discarded: under a dispatch mode some
+    kernels compute differently (complex pinv does), so the reference never runs
+    under one. Once per (op, dtype, sample signature) is enough.
+    """
+    if cache is not None and key in cache:
+        return cache[key]
+    shapes = {}
+
+    def on_call(func, call_args, call_kwargs, out):
+        shapes.setdefault(aten_name(func), [tuple(x.shape) for x in tree_flatten((call_args, call_kwargs))[0]
+                                            if isinstance(x, torch.Tensor)])
+    capture = AtenCapture(on_call=on_call)
+    try:
+        with capture:
+            _call(op, args)
+    except Exception:
+        pass  # the ops dispatched before it raised are still recorded
+    recorded = (capture.ops, shapes)
+    if cache is not None:
+        cache[key] = recorded
+    return recorded
+
+
+def _first_tensor(args):
+    inp = args[0]
+    return inp.detach().clone() if isinstance(inp, torch.Tensor) else None
+
+
+def run_case(op, dtype, sample, target, nondeterministic=False, timing=True, unchecked=(),
+             op_key=None, aten_cache=None, modes=None):
     """A result dict (the results-table fields) for `op` on one SampleInput.
 
-    `unchecked`: output positions whose values are not unique (see compare()).
+    `op_key`: the OpInfo op's key, which says how to judge it: a random sample by
+    its distribution (judge.random_sample), outputs with no unique answer for this
+    sample (judge.ambiguity), auxiliary outputs; `unchecked`: further output
+    positions compared for shape only. `aten_cache`: a dict the worker keeps, so the
+    aten ops of a sample signature are recorded once. `modes`: the target's
+    precision settings (precision.current_modes), if any are to be honoured.
     """
     started = time.perf_counter()
     cpu_args = sample_tools.call_args(sample)
+    random = judge.random_sample(op_key, cpu_args) if op_key else False
     # Every copy is made before any call, in case an op writes into its inputs.
     # Moving to the target happens under the target's rules: MPS refuses float64 there.
     try:
         target_args = _moved(cpu_args, target)
+        draw_args = _moved(cpu_args, target) if random else None
     except Exception as e:
         fields = refusal(e)
         fields["reason"] = f"inputs cannot be moved to the target: {fields['reason']}"
         return dict(fields, duration_s=time.perf_counter() - started)
-    truth_args = None if nondeterministic else sample_tools.upcast(cpu_args, dtype)
-    if truth_args is cpu_args:
-        truth_args = None
+    shape_only = nondeterministic or (judge.shape_only(op_key) if op_key else False)
+    values = not (shape_only or random)
+    truth_args = sample_tools.upcast(cpu_args, dtype) if values else None
+    record_args = None
+    key = (op_key, str(dtype), sample_tools.summarize(sample))
+    if aten_cache is None or key not in aten_cache:
+        record_args = sample_tools.to_device(cpu_args, "cpu")
+    trivial_input = _first_tensor(cpu_args)
     fields = {}
 
-    capture = AtenCapture()
     try:
-        with capture:
-            cpu_out = _call(op, cpu_args)
+        cpu_out = _call(op, cpu_args)
     except Exception as e:
-        return _result(SKIP, "the CPU reference raised: no ground truth", reason_kind="reference_failed",
+        return _result(SKIP, "the CPU reference raised: no ground truth", reason_kind=REFERENCE_FAILED,
                        error_type=type(e).__name__, message=classify.first_line(e),
                        check_kind="none", duration_s=time.perf_counter() - started)
-    fields["aten_ops"] = capture.ops
-
     truth_out = None
     if truth_args is not None:
         try:
             truth_out = _call(op, truth_args)
         except Exception:
             truth_out = None  # float64 unsupported for this op: judge against the CPU itself
+    aten_ops, aten_shapes = _record_aten(op, record_args, aten_cache, key)
+    fields["aten_ops"] = aten_ops
 
     notes = {}
     with warnings.catch_warnings(record=True) as caught:
@@ -155,36 +201,45 @@ def run_case(op, dtype, sample, target, nondeterministic=False, timing=True, unc
                         duration_s=time.perf_counter() - started, **fields)
     fell = fallbacks([str(w.message) for w in caught], _target_call(op, target_args), target)
     fields["fallback_ops"] = fell["ops"] if fell else []
+    # Every fallback counts, named or not: a warning that names no op still says the work ran on the CPU.
+    fallen_back = (fell["ops"] + (["an op no warning names"] if fell["unnamed"] else [])) if fell else []
 
-    verdict = compare(target_out, cpu_out, truth_out, dtype, values=not nondeterministic,
-                      device_type=target.torch_device.type, unchecked=unchecked)
+    how = judge.Judgement()
+    if values and op_key:
+        how = judge.prepare(op_key, cpu_args, target_out, cpu_out, truth_out, dtype)
+        target_out, cpu_out, truth_out = how.target_out, how.cpu_out, how.truth_out
+    applicable, mode_allowance = None, {}
+    if values and modes:
+        applicable, mode_allowance = judge.precision_allowance(op, cpu_args, dtype, aten_ops, aten_shapes,
+                                                              modes, cpu_out)
+    verdict = compare(target_out, cpu_out, truth_out, dtype, values=values,
+                      device_type=target.torch_device.type, unchecked=tuple(unchecked) + how.unchecked,
+                      auxiliary=how.auxiliary, trivial_input=trivial_input, modes=mode_allowance)
     fields.update(check_kind=verdict.check_kind, max_abs_err=verdict.max_abs_err,
                   max_rel_err=verdict.max_rel_err, ref_abs_err=verdict.ref_abs_err,
                   tol_atol=verdict.atol, tol_rtol=verdict.rtol,
                   tol_factor=verdict.factor if verdict.atol is not None else None,
                   nonfinite_mismatch=int(verdict.nonfinite_mismatch))
+    judged = list(verdict.notes) + ([how.why] if how.why else [])
+    status, reason, kind = judge.status_of(verdict, how, fallen_back, shape_only, applicable,
+                                           bool(mode_allowance))
+    if random and verdict.ok and not fallen_back:
+        status, reason, kind, drawn = judge.distribution(op_key, draw_args, target)
+        judged += drawn.pop("notes", [])
+        fields.update(drawn)
     if fell:
         fields["min_macos"] = fell["min_macos"]
         if fell["from_dispatch"]:
             notes["fallback_ops_from"] = "dispatch"
-    if not verdict.ok:
-        status, reason = MISMATCH, verdict.reason
-        fields["reason_kind"] = verdict.kind
-        if fell:
+        if status == FALLBACK:
+            kind = fell["kind"]
+            fields["aten_op"] = fell["ops"][0] if fell["ops"] else None
+        elif status == MISMATCH:
             notes["fell_back"] = fell["kind"]  # a mismatch that also ran on the CPU
-    elif fell:
-        named = ", ".join(fell["ops"] + (["an op no warning names"] if fell["unnamed"] else []))
-        status, reason = FALLBACK, f"fell back to the CPU: {named}"
-        fields["reason_kind"] = fell["kind"]
-        fields["aten_op"] = fell["ops"][0] if fell["ops"] else None
-    elif nondeterministic:
-        status, reason = SKIP, "nondeterministic op: checked shape, dtype and device only"
-        fields["reason_kind"] = "no_unique_answer"
-    elif verdict.check_kind == "shape":
-        status, reason = SKIP, "outputs not unique (ties, signs): checked shape, dtype and device only"
-        fields["reason_kind"] = "no_unique_answer"
-    else:
-        status, reason = PASS, "matches the CPU within tolerance"
+    if verdict.precision_mode:
+        fields["precision_mode"] = verdict.precision_mode
+    if judged:
+        notes["verdict"] = judged
 
     memory = target.memory()
     if timing:
@@ -192,7 +247,7 @@ def run_case(op, dtype, sample, target, nondeterministic=False, timing=True, unc
         memory = _peak(memory, target.memory())
     notes.update(memory)
     fields["notes"] = notes or None
-    return _result(status, reason, duration_s=time.perf_counter() - started, **fields)
+    return _result(status, reason, reason_kind=kind, duration_s=time.perf_counter() - started, **fields)
 
 
 def _peak(before, after):

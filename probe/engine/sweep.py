@@ -81,6 +81,7 @@ class Sweep:
         size = options.workers or os.cpu_count() or 1
         self.config = {"device": options.device, "backend": options.backend,
                        "samples": options.samples, "timing": options.timing,
+                       "strict_precision": options.strict_precision,
                        "threads": max(1, (os.cpu_count() or 1) // size)}
         self.pool = Pool(self.config, size=size, timeout=options.timeout,
                          python=options.python, env=worker_env(options))
@@ -103,7 +104,13 @@ class Sweep:
         """Check the DB, the device and the op/dtype filters; plan the pairs
         (`select(pair)`, if given, keeps only some). Raises SweepError."""
         options = self.options
-        options.check()
+        try:
+            options.check()
+            if options.resume and not os.path.exists(options.db_path):
+                raise SweepError(f"{options.db_path} does not exist: there is no run to resume")
+        except SweepError:
+            self.pool.close()
+            raise
         _check_writable(options.db_path)
         schema.inspect(options.db_path)
         try:
@@ -112,6 +119,11 @@ class Sweep:
         except WorkerError as e:
             self.pool.close()
             raise SweepError(str(e)) from None
+        if not plan["pairs"]:
+            self.pool.close()
+            raise SweepError(f"no (op, dtype) pair to probe: no op selected by --ops "
+                             f"{','.join(options.ops) or '(all)'} supports --dtypes "
+                             f"{','.join(options.dtypes)} on the CPU")
         self.pairs = [p for p in plan["pairs"] if in_shard(p, options.shard)
                       and (select is None or select(p))]
         return self.env, self.pairs

@@ -47,6 +47,17 @@ class Worker:
             torch.set_num_threads(threads)
         self.target = devices.resolve(config.get("device", "auto"), config.get("backend"))
         self._opinfos = None
+        self._aten_cache = {}  # (op, dtype, sample signature) -> the aten ops it dispatches
+        self.modes = self._precision(config.get("strict_precision", False))
+
+    def _precision(self, strict):
+        """The target's precision settings, switched off for the worker's life when strict."""
+        from . import precision
+        if strict:
+            # Held until the process ends: a worker serves one run.
+            self._strict = precision.strict_precision(self.target.torch_device)
+            self._strict.__enter__()
+        return self.target.precision_modes()
 
     @property
     def opinfos(self):
@@ -76,7 +87,11 @@ class Worker:
 
     def describe(self, request):
         from . import environment
-        self.send({"type": "describe", "env": environment.describe(self.target)})
+        from .precision import active_modes
+        env = environment.describe(self.target)
+        # The modes the target's kernels run in (none when strict): runs.precision_modes.
+        env["precision_modes"] = [m.name for m in active_modes(self.modes)]
+        self.send({"type": "describe", "env": env})
 
     def plan(self, request):
         from mpsprobe.ops import opinfo
@@ -87,18 +102,19 @@ class Worker:
         from mpsprobe.ops import opinfo, samples as sample_tools
         from .classify import first_line
         from .execute import run_case
+        from .judge import REFERENCE_FAILED
         from mpsprobe.vocabulary import ERROR, SKIP
         op = opinfo.find(self.opinfos, request["op"])
         dtype = opinfo.parse_dtype(request["dtype"])
         after_hang = self.start_pair(request)
         done = set(request.get("done") or ())
-        nondeterministic = opinfo.is_nondeterministic(request["op"])
         try:
             cases = opinfo.samples(op, dtype, self.config.get("samples", 3))
         except Exception as e:
             self.send({"type": "begin", "index": 0, "sample": "(sample generation failed)"})
             self.send({"type": "result", "index": 0, "status": SKIP, "check_kind": "none",
                        "reason": "OpInfo could not generate samples for this dtype",
+                       "reason_kind": REFERENCE_FAILED,
                        "error_type": type(e).__name__, "message": first_line(e)})
             self.send({"type": "pair_done", "n_cases": 1})
             return
@@ -108,9 +124,8 @@ class Worker:
             self.send({"type": "begin", "index": index, "sample": sample_tools.summarize(sample)})
             try:
                 result = run_case(op.op, dtype, sample, self.target,
-                                  nondeterministic=nondeterministic,
-                                  timing=self.config.get("timing", True),
-                                  unchecked=opinfo.ambiguous_outputs(request["op"]))
+                                  timing=self.config.get("timing", True), op_key=request["op"],
+                                  aten_cache=self._aten_cache, modes=self.modes)
             except Exception as e:  # a fault of the probe's, reported as such
                 result = {"status": ERROR, "check_kind": "none",
                           "reason": "mpsprobe could not judge this case",
@@ -128,7 +143,7 @@ class Worker:
             if call.index in done:
                 continue
             self.send({"type": "begin", "index": call.index, "sample": call.summary()})
-            result = run_call(call, self.target, timing=self.config.get("timing", True))
+            result = run_call(call, self.target, timing=self.config.get("timing", True), modes=self.modes)
             self.send({"type": "result", "index": call.index, **flagged(result, after_hang)})
         self.send({"type": "pair_done", "n_cases": len(calls)})
 
