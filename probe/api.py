@@ -189,7 +189,7 @@ def check_model(model, example_inputs=None, db="mpsprobe.db", *, input_shape=Non
         return reporting.answer(store.conn, model_ops, chosen, model_ms=model_ms,
                                 recorded_in=db_path if run else None)
     finally:
-        store.conn.close()
+        schema.close(store) if run else store.conn.close()
 
 
 def findings(db="mpsprobe.db", run=None, against=None):
@@ -211,7 +211,7 @@ def record_declared(db="mpsprobe.db", wheels=(), installed=None, common_mps=None
     `torch_version`, and OpInfo's CUDA dtypes (`opinfo_cuda`). A source that
     cannot be read is recorded as failed; raises MpsprobeError when none can.
     """
-    from mpsprobe.db import writer
+    from mpsprobe.db import schema, writer
     from mpsprobe.ops.declared import reading
     sources = reading.Sources(wheels=wheels, installed=installed, common_mps=common_mps,
                               torch_version=torch_version, opinfo_cuda=opinfo_cuda, macos=macos)
@@ -228,7 +228,7 @@ def record_declared(db="mpsprobe.db", wheels=(), installed=None, common_mps=None
                                        r.tables, r.options)
             summary.append(reading.summarize(r))
     finally:
-        store.conn.close()
+        schema.close(store)
     if not any(item["ok"] for item in summary):
         raise reading.DeclaredError("no source could be read", summary)
     return summary
