@@ -199,3 +199,26 @@ def site_db(tmp_path_factory, fake_mps, fake_mps_db, cpu_db):
                      "WHERE device = 'fake-mps' AND id != ?", [old_run])
     conn.close()
     return str(path)
+
+
+# ---------------------------------------------------------------- small stores
+
+@pytest.fixture(scope="session")
+def small_store():
+    """small_store(path, n=40): an up-to-date mpsprobe DB with one complete run of
+    n results, written by the real writer and closed as a run closes it."""
+    def make(path, n=40):
+        import os
+        from mpsprobe.db import schema
+        from mpsprobe.db.writer import RunWriter
+        db = schema.open_db(path)
+        writer = RunWriter.start(db, "key", {"torch_version": "2.11.0", "device": "cpu",
+                                             "hostname": "elsewhere"}, {}, "0.1.0", os.getpid())
+        for i in range(n):
+            pair = {"op": f"op{i}", "dtype": "float32"}
+            writer.record(pair, 0, "f32[3]", {"status": "pass", "message": "x" * 500})
+            writer.pair_done(pair, 1)
+        writer.finish("complete", 1.0)
+        writer.close()
+        return Path(path)
+    return make
