@@ -102,6 +102,39 @@ def cpu_db(tmp_path_factory):
     return str(path)
 
 
+# Binary ops: OpInfo gives them several samples, so a fault on the first leaves
+# others in the same pair that must still run. The unary ones below
+# (test_pool_faults.py) check causes, leftovers and forged replies.
+FAULTY_FAULTS = {
+    "aten::mul.Tensor": "segfault", "aten::sub.Tensor": "oom", "aten::add.Tensor": "exit",
+    "aten::div.Tensor": "oom_raise", "aten::maximum": "garbage",
+    "aten::abs": "sysexit", "aten::sin": "close_reply", "aten::cos": "forge",
+    "aten::floor": "spawn", "aten::ceil": "fork_segfault"}
+FAULTY_OPS = "mul,sub,add,div.no_rounding_mode,maximum,minimum,abs,sin,cos,floor,ceil"
+
+
+@pytest.fixture(scope="session")
+def faulty_sweep(tmp_path_factory):
+    """A sweep over the faulty test backend (tests/faulty_backend.py), each fault
+    firing on the first case that reaches it: {"db", "once" (its marker folder), "result"}."""
+    folder = tmp_path_factory.mktemp("faulty")
+    once = folder / "once"
+    once.mkdir()
+    db = folder / "faulty.db"
+    result = _run_cli("run", "--db", db, "--backend", TESTS / "faulty_backend.py",
+                      "--ops", FAULTY_OPS, "--dtypes", "float32", "--samples", 2, "--no-timing",
+                      "--workers", 2, "--timeout", 30, "--json",
+                      env={"FAULTY": json.dumps(dict(FAULTY_FAULTS, once_dir=str(once)))})
+    assert result.exit_code == 0, result.output
+    return {"db": str(db), "once": once, "result": result}
+
+
+@pytest.fixture(scope="session")
+def faulty_db(faulty_sweep):
+    """The faulty sweep's database path."""
+    return faulty_sweep["db"]
+
+
 # ---------------------------------------------------------------- older databases
 
 @pytest.fixture(scope="session")
