@@ -143,12 +143,19 @@ def check_model(model, example_inputs=None, db="mpsprobe.db", *, input_shape=Non
     is_list = isinstance(model, (str, os.PathLike)) and str(model).endswith(".json")
     if is_list and run:
         raise MpsprobeError("--run needs a model to replay, not an op list")
+    if export:   # refused now, not after the whole capture
+        folder = os.path.dirname(os.path.abspath(export))
+        if not os.path.isdir(folder):
+            raise MpsprobeError(f"--export {export}: directory {folder} does not exist")
+        if os.path.isdir(export) or not os.access(folder, os.W_OK):
+            raise MpsprobeError(f"--export {export}: cannot write a file there")
     store = schema.open_db(db_path, readonly=not run)
     try:
         model_ms = None
         if run:
             from mpsprobe.engine.pool import Pool, WorkerError
             from mpsprobe.modelcheck import replay
+            loaded = _loaded(model, example_inputs, input_shape, dtype, name)  # before the workers
             pool = Pool({"device": device, "backend": backend, "timing": timing},
                         size=workers, timeout=timeout)
             try:
@@ -159,12 +166,13 @@ def check_model(model, example_inputs=None, db="mpsprobe.db", *, input_shape=Non
             with pool:   # replay() runs the calls in it; closed here too if capture fails
                 recorder = replay.CallRecorder()
                 portable = not env["device"].startswith("cpu") or env.get("backend") is not None
-                model_ops = capture.capture(
-                    _loaded(model, example_inputs, input_shape, dtype, name), train=train,
-                    optimizer=optimizer, portable=portable, on_call=recorder)
+                model_ops = capture.capture(loaded, train=train, optimizer=optimizer,
+                                            portable=portable, on_call=recorder)
                 calls = recorder.list()
                 say(f"replaying {len(calls)} distinct calls of {model_ops.distinct} aten ops on "
                     f"{env['device']} ({env['device_name']})")
+                for op_name, why in sorted(recorder.skipped.items()):
+                    say(f"not replayed: {op_name} (its arguments cannot be rebuilt: {why})")
                 writer, results = replay.replay(store, calls, pool, env, model_ops.model,
                                                 timing=timing)
             chosen = runs_q.pick_run(store.conn, run_id=writer.run_id)
@@ -184,8 +192,11 @@ def check_model(model, example_inputs=None, db="mpsprobe.db", *, input_shape=Non
                     _loaded(model, example_inputs, input_shape, dtype, name), train=train,
                     optimizer=optimizer, portable=chosen["device"] != "cpu")
         if export:
-            with open(export, "w") as f:
-                json.dump(model_ops.to_json(), f, indent=2)
+            try:
+                with open(export, "w") as f:
+                    json.dump(model_ops.to_json(), f, indent=2)
+            except OSError as e:
+                raise MpsprobeError(f"--export {export}: {e.strerror}") from None
         return reporting.answer(store.conn, model_ops, chosen, model_ms=model_ms,
                                 recorded_in=db_path if run else None)
     finally:
