@@ -173,6 +173,7 @@ def _check_structure(db, version, path):
 def _quick_check(conn, path):
     answer = conn.execute("PRAGMA quick_check(1)").fetchone()[0]
     if answer != "ok":
+        answer = " ".join(answer.replace("*** in database main ***", "").split())
         raise DatabaseError(f"{path} is damaged (SQLite's check says: {answer}); "
                             "restore it from a copy")
 
