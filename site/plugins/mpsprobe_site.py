@@ -13,7 +13,7 @@ from datasette.utils.asgi import NotFound
 from markupsafe import Markup
 
 from mpsprobe.db import query
-from mpsprobe.db.query import declared as declared_q, history, matrix, runs as runs_q
+from mpsprobe.db.query import declared as declared_q, history, matrix, runs as runs_q, speed as speed_q
 from mpsprobe.db.views import inline_missing, quoted
 from mpsprobe.site.common import (ask, cases_url, get_database, op_url, render, run_label,
                                   status_badge, status_class, template_vars, url)
@@ -26,6 +26,12 @@ DTYPE_ORDER = ("bool", "uint8", "int8", "int16", "int32", "int64", "float16", "b
 # ---------------------------------------------------------------------------- canned queries
 
 RUN_COLUMNS = "r.torch_version, r.os_name, r.os_version, r.device"
+
+
+# "Slowest ops against the CPU" once speed ladders exist (mpsprobe.db.query.speed answers).
+SLOWEST_FROM_LADDERS = ("Op ladders (mpsprobe bench) whose target never beats the CPU, even at the "
+                        "largest size or batch measured: the best speedup reached, and where. "
+                        "Optionally restrict to a device such as mps.")
 
 
 def _pairs_query(columns, where, order):
@@ -69,8 +75,10 @@ ORDER BY c.sample_index, r.pass""",
     },
     "slowest_vs_cpu": {
         "title": "Slowest ops against the CPU",
-        "description": "(op, dtype) pairs whose mean speedup over the CPU is below 1, "
-                       "slowest first. Optionally restrict to a device such as mps.",
+        "description": "(op, dtype) pairs whose mean speedup over the CPU is below 1, slowest "
+                       "first, from the per-case timing: launch-bound (OpInfo's samples are "
+                       "tiny), so nearly every op shows. Speed ladders (mpsprobe bench) answer "
+                       "this properly. Optionally restrict to a device such as mps.",
         "sql": _pairs_query("round(s.mean_speedup, 3) AS mean_speedup",
                             "s.mean_speedup < 1 AND (:device = '' OR r.device = :device)",
                             "s.mean_speedup"),
@@ -249,7 +257,8 @@ async def op_page(datasette, request):
     op = await ask(db, matrix.op, op_id)
     configurations = await ask(db, history.op_history, op_id)
     declared = await ask(db, declared_q.for_op, op_id)
-    if not op and not configurations and not declared:
+    speed = await op_speed(datasette, db, op_id)
+    if not op and not configurations and not declared and not speed:
         raise NotFound(f"no op {op_id} in this database")
     dtypes = order_dtypes({d for c in configurations for d in c["cells"]}
                           | {d["dtype"] for d in declared})
@@ -261,11 +270,20 @@ async def op_page(datasette, request):
     } for c in configurations]
     return await render(datasette, request, "mpsprobe_op.html", {
         "title": op_id, "db": db.name, "op": op, "op_id": op_id,
-        "dtypes": dtypes, "history": rows, "declared": declared,
+        "dtypes": dtypes, "history": rows, "declared": declared, "speed": speed,
         "firsts": await ask(db, history.firsts, op_id),
         "notes": await ask(db, history.notes, op_id),
         "fallbacks_url": url(datasette, f"/{db.name}/results", op_id=op_id, status=FALLBACK),
     })
+
+
+async def op_speed(datasette, db, op_id):
+    """The op's speed section (site/plugins/speed.py: ladder charts), Markup; "" without it."""
+    from datasette.plugins import pm
+    plugin = pm.get_plugin("speed.py")
+    if plugin is None or not hasattr(plugin, "op_section"):
+        return ""
+    return Markup(await plugin.op_section(datasette, db, op_id))
 
 
 async def compare_page(datasette, request):
@@ -318,6 +336,9 @@ def canned_queries(datasette, database):
         default_run = quoted(run["id"]) if run else "NULL"
         have = await ask(db, query.present)
         chosen = dict(CANNED_QUERIES)
+        if await ask(db, speed_q.has_ladders):
+            chosen["slowest_vs_cpu"] = dict(chosen["slowest_vs_cpu"], sql=speed_q.SQL_SLOWER_THAN_CPU,
+                                            description=SLOWEST_FROM_LADDERS)
         if "results_fts" not in have:
             chosen["search"] = dict(chosen["search"], sql=SQL_SEARCH_SUBSTRINGS,
                                     description="Substring search over op names, the aten ops "
@@ -365,6 +386,7 @@ def extra_template_vars(datasette):
              ("Search", f"/{db.name}/search"), ("Fallbacks", f"/{db.name}/fallbacks"),
              ("Check ops", plugin_page_path("check_ops.py") or f"/{db.name}/check_ops"),
              ("Findings", plugin_page_path("findings.py")),
+             ("Speed", plugin_page_path("speed.py")),
              ("Queries", f"/{db.name}#queries"), ("Runs", f"/{db.name}/runs")]
     return dict(template_vars(),
                 mpsprobe_nav=[(label, datasette.urls.path(path)) for label, path in links if path])
