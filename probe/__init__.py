@@ -24,7 +24,7 @@ from mpsprobe.errors import MpsprobeError
 __version__ = "0.1.0"
 
 _API = ("probe", "check_model", "open_db", "findings", "record_declared", "merge", "migrate",
-        "Run")
+        "op_statuses", "Run")
 __all__ = ["MpsprobeError", "__version__", *_API]
 
 

@@ -280,9 +280,9 @@ def test_status_colours_in_plain_table_views(ds, site_db, rows):
     name = database_name(site_db)
     for status in {r["status"] for r in rows(site_db, "SELECT DISTINCT status FROM results")}:
         page = get(ds, f"/{name}/results?status={status}").text
-        assert f'<span class="st st-{status}">{status}</span>' in page
+        assert f'<span class="st st-{status}">{STATUS[status].symbol} {status}</span>' in page
     page = get(ds, f"/{name}/fallbacks").text
-    assert '<span class="st st-fallback">fallback</span>' in page
+    assert f'<span class="st st-fallback">{STATUS["fallback"].symbol} fallback</span>' in page
 
 
 def test_declared_status_is_a_matrix_choice_and_looks_different(ds, site_db, tmp_path):

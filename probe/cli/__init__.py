@@ -23,6 +23,7 @@ COMMANDS = {
     "check": "mpsprobe.cli.check:check",
     "declared": "mpsprobe.cli.declared:declared",
     "findings": "mpsprobe.cli.findings:findings",
+    "ops": "mpsprobe.cli.ops:ops",
 }
 
 
