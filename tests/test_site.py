@@ -492,7 +492,7 @@ def test_search_matches_word_prefixes_and_survives_any_text(ds, site_db, rows):
 
 def test_canned_queries_say_when_they_stop_at_the_row_limit(site_db):
     datasette = make_datasette(site_db)
-    datasette._settings["max_returned_rows"] = 2
+    datasette.max_returned_rows = 2
     name = database_name(site_db)
     page = get(datasette, f"/{name}/first_pass_version").text
     assert "mp-truncated" in page and "row limit" in page
@@ -535,7 +535,7 @@ def test_findings_link_their_ops(extra, extra_db, rows):
     fake = rows(extra_db, "SELECT id FROM runs WHERE device = 'fake-mps' ORDER BY torch_version_key DESC")[0]
     page = get(extra, f"/-/findings?run={fake['id']}&against=mps").text
     linked = set(re.findall(r'<th><a href="/-/op/([^"]+)">', page))
-    assert linked and "histc" in linked
+    assert {"add", "histc"} <= linked
 
 
 def test_legend_defines_every_status_and_reason_kind(ds):
@@ -583,7 +583,7 @@ def test_pages_are_gzipped(ds):
     assert response.headers["content-encoding"] == "gzip"
     assert response.num_bytes_downloaded < len(response.content)
     assert "<table" in response.text
-    plain = fetch(ds, "/-/matrix")
+    plain = fetch(ds, "/-/matrix", **{"accept-encoding": "identity"})
     assert "content-encoding" not in plain.headers
 
 
