@@ -12,7 +12,7 @@ from collections import OrderedDict
 from datasette.utils.asgi import NotFound, Response
 from markupsafe import Markup
 
-from mpsprobe.vocabulary import PASS, REASON_KIND, REASON_KINDS, STATUS, STATUSES, is_status
+from mpsprobe.vocabulary import PASS, PASS_COLUMN, REASON_KIND, REASON_KINDS, STATUS, STATUSES, is_status
 
 
 def get_database(datasette):
@@ -76,6 +76,7 @@ def template_vars():
     """What every page's templates may use."""
     return {"status_class": status_class, "status_symbol": status_symbol,
             "statuses": STATUSES, "status_info": STATUS, "declared_class": status_class(PASS),
+            "pass_column": PASS_COLUMN,
             "reason_kinds": [REASON_KIND[k] for k in REASON_KINDS]}
 
 

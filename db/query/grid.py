@@ -65,30 +65,45 @@ def columns(conn):
     return found
 
 
-def _measured(conn, run_ids, op_like, dtype, pass_):
-    if not run_ids:
+def op_ids(conn, op_like=""):
+    """Op ids with a result or a declaration (LIKE `op_like`), through the indexes."""
+    found = {r[0] for r in conn.execute(
+        "SELECT id FROM ops WHERE (? = '' OR id LIKE ?) "
+        "AND EXISTS (SELECT 1 FROM results WHERE results.op_id = ops.id)", [op_like, op_like])}
+    if "declared" in present(conn):
+        found |= {r[0] for r in conn.execute(
+            "SELECT DISTINCT op_id FROM declared WHERE (? = '' OR op_id LIKE ?)", [op_like, op_like])}
+    return sorted(found)
+
+
+def _measured(conn, run_ids, op_like, dtype, pass_, only=None):
+    if not run_ids or only == []:
         return {}
+    # With a page of ops, the op index answers (`+run_id`: not the run's whole key range).
+    some = f"AND op_id IN ({', '.join('?' for _ in only)})" if only is not None else ""
     has_kind = "reason_kind" in {r[1] for r in conn.execute("PRAGMA table_info(results)")}
     kind = (f"max(CASE WHEN status NOT IN {in_list(WORKING)} THEN reason_kind END)"
             if has_kind else "NULL")
     found = rows(conn, f"""
         SELECT run_id, op_id, {worst_status()} AS status, count(*) AS n,
                sum(status IN {in_list(WORKING)}) AS k, {kind} AS reason_kind
-        FROM results WHERE run_id IN ({', '.join('?' for _ in run_ids)}) AND {PASS_COLUMN} = ?
-          AND (? = '' OR op_id LIKE ?) AND (? = '' OR dtype = ?)
-        GROUP BY run_id, op_id""", [*run_ids, pass_, op_like, op_like, dtype, dtype])
+        FROM results WHERE {'+' if only is not None else ''}run_id IN ({', '.join('?' for _ in run_ids)})
+          AND {PASS_COLUMN} = ?
+          AND (? = '' OR op_id LIKE ?) AND (? = '' OR dtype = ?) {some}
+        GROUP BY run_id, op_id""", [*run_ids, pass_, op_like, op_like, dtype, dtype, *(only or [])])
     return {(r["run_id"], r["op_id"]): r for r in found}
 
 
-def _declared(conn, wanted, op_like, dtype):
-    if not wanted or "declared" not in present(conn):
+def _declared(conn, wanted, op_like, dtype, only=None):
+    if not wanted or "declared" not in present(conn) or only == []:
         return {}
+    some = f"AND op_id IN ({', '.join('?' for _ in only)})" if only is not None else ""
     found = defaultdict(list)
     for version, device in wanted:
-        for r in rows(conn, """SELECT op_id, status FROM declared
-                               WHERE torch_version = ? AND device = ? AND (? = '' OR op_id LIKE ?)
-                                 AND (? = '' OR dtype = ?)""",
-                      [version, device, op_like, op_like, dtype, dtype]):
+        for r in rows(conn, f"""SELECT op_id, status FROM declared
+                                WHERE torch_version = ? AND device = ? AND (? = '' OR op_id LIKE ?)
+                                  AND (? = '' OR dtype = ?) {some}""",
+                      [version, device, op_like, op_like, dtype, dtype, *(only or [])]):
             found[(version, device), r["op_id"]].append(r["status"])
     return {key: worst(statuses) or statuses[0] for key, statuses in found.items()}
 
@@ -115,11 +130,18 @@ def grid(conn, op_like="", dtype="", pass_=FORWARD, statuses=(), limit=400, offs
     "total": rows before paging}. A cell: {"status", "k", "n", "reason_kind", "run_id",
     "torch_version", "declared_only"} or None."""
     cols = columns(conn)
-    measured = _measured(conn, [c["run_id"] for c in cols if c["run_id"]], op_like, dtype, pass_)
-    declared = _declared(conn, {c["declared"] for c in cols if c["declared"]}, op_like, dtype)
-    op_ids = sorted({op for _, op in measured} | {op for _, op in declared})
+    # Without a status filter a page needs only its own ops: they are picked
+    # first, so a page of a 20-run database reads a page of ops, not every result.
+    only = None if statuses else op_ids(conn, op_like)
+    total = None if statuses else len(only)
+    if only is not None:
+        only = only[offset:offset + limit]
+    measured = _measured(conn, [c["run_id"] for c in cols if c["run_id"]], op_like, dtype, pass_,
+                         only)
+    declared = _declared(conn, {c["declared"] for c in cols if c["declared"]}, op_like, dtype, only)
+    shown = sorted({op for _, op in measured} | {op for _, op in declared})
     table = []
-    for op_id in op_ids:
+    for op_id in shown:
         cells = []
         for col in cols:
             cell = col["run_id"] and measured.get((col["run_id"], op_id))
@@ -142,5 +164,8 @@ def grid(conn, op_like="", dtype="", pass_=FORWARD, statuses=(), limit=400, offs
             groups[-1][1] += 1
         else:
             groups.append([col["label"], 1])
+    if only is not None:   # already one page
+        return {"columns": cols, "groups": [tuple(g) for g in groups], "total": total,
+                "rows": table}
     return {"columns": cols, "groups": [tuple(g) for g in groups], "total": len(table),
             "rows": table[offset:offset + limit]}

@@ -12,9 +12,9 @@ from datasette import hookimpl
 from mpsprobe.db.query import grid as grid_q, legend as legend_q
 from mpsprobe.site.common import (ask, cached, cases_url, get_database, op_url, reason_label, render,
                                   status_symbol, url)
-from mpsprobe.vocabulary import FORWARD, PASSES, REASON_KIND, STATUS, STATUSES, is_status
+from mpsprobe.vocabulary import FORWARD, PASS_COLUMN, PASSES, REASON_KIND, STATUS, STATUSES, is_status
 
-PAGE_SIZE = 300
+PAGE_SIZE = 100
 
 
 def _pattern(text):
@@ -47,7 +47,7 @@ async def grid_page(datasette, request):
     db = get_database(datasette)
     args = request.args
     op_filter, dtype = args.get("op", ""), args.get("dtype", "")
-    pass_ = args.get("pass") if args.get("pass") in PASSES else FORWARD
+    pass_ = args.get(PASS_COLUMN) if args.get(PASS_COLUMN) in PASSES else FORWARD
     wanted = [s for s in args.getlist("status") if is_status(s)]
     try:
         page = max(1, int(args.get("page") or 1))
@@ -60,7 +60,7 @@ async def grid_page(datasette, request):
              "cells": [_cell(datasette, db, r["op_id"], dtype, c) for c in r["cells"]]}
             for r in found["rows"]]
     pages = (found["total"] + PAGE_SIZE - 1) // PAGE_SIZE
-    params = {"op": op_filter, "dtype": dtype, "pass": pass_ if pass_ != FORWARD else ""}
+    params = {"op": op_filter, "dtype": dtype, PASS_COLUMN: pass_ if pass_ != FORWARD else ""}
     return await render(datasette, request, "mpsprobe_grid.html", {
         "title": "Compat grid", "db": db.name, "columns": found["columns"],
         "groups": found["groups"], "rows": rows, "total": found["total"], "page": page,

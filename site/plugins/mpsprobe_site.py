@@ -280,7 +280,7 @@ async def op_page(datasette, request):
     dtypes = page["dtypes"]
     passes = []
     for pass_, configurations in page["history"].items():
-        passes.append({"pass": pass_, "rows": [{
+        passes.append({"name": pass_, "rows": [{
             "label": run_label(c["run"]),
             "matrix_url": url(datasette, "/-/matrix", run=c["run"]["id"], op=op_id),
             "cells": [(c["cells"].get(d), cases_url(datasette, db, c["run"]["id"], op_id, d))
@@ -298,8 +298,8 @@ async def op_page(datasette, request):
         "advice": advice, "grid_url": url(datasette, "/-/grid", op=op_id),
         "fallbacks_url": url(datasette, f"/{db.name}/results", op_id=op_id, status=FALLBACK),
     }, data={"op_id": op_id, "op": page["op"], "dtypes": dtypes, "notes": page["notes"],
-             "history": {p["pass"]: [{"run": c["run"]["id"], "label": run_label(c["run"]),
-                                      "cells": c["cells"]} for c in page["history"][p["pass"]]]
+             "history": {p["name"]: [{"run": c["run"]["id"], "label": run_label(c["run"]),
+                                      "cells": c["cells"]} for c in page["history"][p["name"]]]
                          for p in passes},
              "releases": page["releases"], "declared": page["declared"],
              "messages": page["messages"], "suggestions": [s._asdict() for s in advice]})
