@@ -1,4 +1,4 @@
-"""Server-side time of the matrix and op pages on a database holding 20 full runs.
+"""Server-side time and size of the site's pages (matrix, op page, compare, grid) on 20 full runs, against their budgets.
 
 Builds the database from one real full run (a DB written by `mpsprobe run`
 over the whole catalogue): the run is copied 20 times as 20 torch versions,
