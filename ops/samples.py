@@ -38,28 +38,44 @@ def summarize(sample, limit=300):
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _move_tensor(t, device):
-    """Copy `t` to `device`, keeping its strides and requires_grad where possible."""
-    if t.layout == torch.strided and not t.is_contiguous():
+def _storage_copy(t, device, dtype, memo):
+    """`t` rebuilt on `device` in `dtype` over a copy of its whole storage: the same
+    offset and strides, so what a view reads beyond its visible elements (as_strided,
+    a slice's base) reads the same there. Tensors sharing a storage share the copy."""
+    key = (t.untyped_storage().data_ptr(), t.dtype)
+    if key not in memo:
+        n = t.untyped_storage().nbytes() // t.element_size()
+        flat = torch.empty(0, dtype=t.dtype).set_(t.untyped_storage(), 0, (n,), (1,))
+        memo[key] = flat.detach().to(device=device, dtype=dtype, copy=True)
+    moved = memo[key].as_strided(t.size(), t.stride(), t.storage_offset())
+    if t.is_conj():
+        moved = moved.conj()
+    if t.is_neg():
+        moved = torch._neg_view(moved)
+    return moved
+
+
+def _copy_tensor(t, device, dtype, memo):
+    """A copy of `t` on `device` in `dtype` that never shares storage with `t`."""
+    if t.layout == torch.strided and t.untyped_storage().nbytes() > 0:
         try:
-            moved = torch.empty_strided(t.size(), t.stride(), dtype=t.dtype, device=device)
-            moved.copy_(t.detach())
-        except RuntimeError:  # overlapping (expanded) strides cannot be written into
-            moved = t.detach().to(device, copy=True)
+            moved = _storage_copy(t.detach(), device, dtype, memo)
+        except (RuntimeError, TypeError, NotImplementedError):  # storages some tensors lack
+            moved = t.detach().to(device=device, dtype=dtype, copy=True)
     else:
-        # Always a copy: the target must never share storage with the reference.
-        moved = t.detach().to(device, copy=True)
-    return moved.requires_grad_() if t.requires_grad else moved
+        moved = t.detach().to(device=device, dtype=dtype, copy=True)
+    return moved.detach().requires_grad_() if t.requires_grad else moved
 
 
 def to_device(args, device):
     """`args` (any pytree) with every tensor copied to `device`, and every
     device argument (factory functions' `device=`, `Tensor.to(device)`) pointed at it."""
     device = torch.device(device)
+    memo = {}
 
     def move(x):
         if isinstance(x, torch.Tensor):
-            return _move_tensor(x, device)
+            return _copy_tensor(x, device, x.dtype, memo)
         if isinstance(x, torch.device):
             return device
         return x
@@ -71,17 +87,22 @@ def to_device(args, device):
 
 
 def upcast(args, dtype):
-    """`args` with tensors of `dtype` raised to float64/complex128: the "truth" inputs."""
+    """A copy of `args` with tensors of `dtype` raised to float64/complex128: the
+    "truth" inputs. Always a copy (an in-place op must not reach the reference's
+    inputs); None where `dtype` has no wider type (the CPU result is its own truth)."""
     if dtype.is_complex:
         wide = torch.complex128
     elif dtype.is_floating_point:
         wide = torch.float64
     else:
-        return args
+        return None
+    if dtype == wide:
+        return None
+    memo = {}
 
     def up(x):
-        if isinstance(x, torch.Tensor) and x.dtype == dtype:
-            return x.detach().to(wide).requires_grad_(x.requires_grad)
+        if isinstance(x, torch.Tensor):
+            return _copy_tensor(x, x.device, wide if x.dtype == dtype else x.dtype, memo)
         return x
     return tree_map(up, args)
 

@@ -66,8 +66,8 @@ class Run:
 
 def probe(ops=None, dtypes=None, device="auto", samples=3, db="mpsprobe.db", *, timing=True,
           workers=0, timeout=60.0, mps_fallback=False, shard=None, torch="current",
-          backend=None, resume=False, fresh=False, select=None, on_start=None, on_case=None,
-          on_pair=None, say=None):
+          backend=None, resume=False, fresh=False, strict_precision=False, select=None,
+          on_start=None, on_case=None, on_pair=None, say=None):
     """Probe ops (OpInfo names or globs; all by default) in dtypes on a device.
 
     Each case runs on the CPU and on the target in an isolated worker and is
@@ -75,6 +75,9 @@ def probe(ops=None, dtypes=None, device="auto", samples=3, db="mpsprobe.db", *, 
     continues an interrupted run (`fresh=True` always starts a new one).
     `shard`: (i, n) or "i/n". `torch`: which torch to probe (see `mpsprobe run
     --torch`). `select(pair)`: keep only some planned (op, dtype) pairs.
+    `strict_precision`: run with the target's reduced-precision modes (TF32, fast
+    math) off; by default they stay as the device has them, and a kernel that ran in
+    one is judged against that mode's error.
     Callbacks: on_start(run, todo) once the run is open (run.state "running"; todo:
     the pairs still to do), on_case(pair, index, result),
     on_pair(pair, n_cases); say(text) for progress lines.
@@ -90,7 +93,7 @@ def probe(ops=None, dtypes=None, device="auto", samples=3, db="mpsprobe.db", *, 
         db_path=str(db), device=device, backend=backend, ops=_split(ops), dtypes=_split(dtypes),
         samples=samples, timing=timing, workers=workers, timeout=timeout,
         mps_fallback=mps_fallback, shard=tuple(shard) if shard else None, python=python,
-        resume=resume, fresh=fresh)
+        resume=resume, fresh=fresh, strict_precision=strict_precision)
     sweep = Sweep(options)
     env, pairs = sweep.prepare(select)
     todo = sweep.open()
@@ -121,7 +124,7 @@ def _loaded(model, example_inputs, input_shape, dtype, name):
 def check_model(model, example_inputs=None, db="mpsprobe.db", *, input_shape=None, train=False,
                 optimizer="sgd", dtype=None, run=False, device="auto", backend=None, timing=True,
                 torch=None, macos=None, run_id=None, export=None, name=None, workers=1,
-                timeout=60.0, say=None):
+                timeout=60.0, batches=None, strict_precision=False, say=None):
     """Will `model` run on the target? Its aten ops, each answered from the database.
 
     `model`: an nn.Module (with `example_inputs`: a tensor, a tuple of
@@ -130,7 +133,11 @@ def check_model(model, example_inputs=None, db="mpsprobe.db", *, input_shape=Non
     (.json). `train`: capture backward and an optimizer step too.
     The answers come from the run picker's run (mpsprobe.db.query.runs), or one
     chosen by `torch`, `macos`, `device` and `run_id`. `run=True` instead replays
-    the model's calls on `device` here, in isolated workers, and records them.
+    the model's calls on `device` here, in isolated workers, and records them
+    (`strict_precision`: with the device's reduced-precision modes off).
+    `batches` (with `run`: sizes like (1, 8, 32) or "1,8,32") also times one whole
+    step of the model per batch size on the CPU and `device` (modelcheck/batches.py),
+    recorded under the replay's run and kept in the Report's `batch_sweep`.
     Returns a Report: `.ops` (per-op answers), `.to_json()`, `.exit_code(fail_on)`.
     """
     from mpsprobe.db import schema
@@ -143,13 +150,20 @@ def check_model(model, example_inputs=None, db="mpsprobe.db", *, input_shape=Non
     is_list = isinstance(model, (str, os.PathLike)) and str(model).endswith(".json")
     if is_list and run:
         raise MpsprobeError("--run needs a model to replay, not an op list")
+    if batches and not run:
+        raise MpsprobeError("--batch times the model on this machine: it needs --run")
+    if batches:
+        from mpsprobe.modelcheck import batches as batch_sweeps
+        batches = batch_sweeps.parse_batches(batches if isinstance(batches, str)
+                                             else ",".join(map(str, batches)))
     store = schema.open_db(db_path, readonly=not run)
     try:
-        model_ms = None
+        model_ms = sweep = None
         if run:
             from mpsprobe.engine.pool import Pool, WorkerError
             from mpsprobe.modelcheck import replay
-            pool = Pool({"device": device, "backend": backend, "timing": timing},
+            pool = Pool({"device": device, "backend": backend, "timing": timing,
+                         "strict_precision": strict_precision},
                         size=workers, timeout=timeout)
             try:
                 env = pool.request({"cmd": "describe"})["env"]
@@ -165,10 +179,16 @@ def check_model(model, example_inputs=None, db="mpsprobe.db", *, input_shape=Non
                 calls = recorder.list()
                 say(f"replaying {len(calls)} distinct calls of {model_ops.distinct} aten ops on "
                     f"{env['device']} ({env['device_name']})")
+                from mpsprobe.cli.output import precision_line
+                say(precision_line(env.get("precision_modes")))
                 writer, results = replay.replay(store, calls, pool, env, model_ops.model,
                                                 timing=timing)
             chosen = runs_q.pick_run(store.conn, run_id=writer.run_id)
             model_ms = replay.model_time(results)
+            if batches:
+                sweep = batch_sweeps.sweep_and_record(
+                    _loaded(model, example_inputs, input_shape, dtype, name), batches, device, backend,
+                    store, writer.run_id, train=train, optimizer=optimizer, say=say)
         else:
             chosen = runs_q.pick_run(store.conn, torch=torch, macos=macos, device=device)
             if is_list:
@@ -186,8 +206,10 @@ def check_model(model, example_inputs=None, db="mpsprobe.db", *, input_shape=Non
         if export:
             with open(export, "w") as f:
                 json.dump(model_ops.to_json(), f, indent=2)
-        return reporting.answer(store.conn, model_ops, chosen, model_ms=model_ms,
-                                recorded_in=db_path if run else None)
+        report = reporting.answer(store.conn, model_ops, chosen, model_ms=model_ms,
+                                  recorded_in=db_path if run else None)
+        report.batch_sweep = sweep
+        return report
     finally:
         store.conn.close()
 
@@ -218,21 +240,22 @@ def op_statuses(db="mpsprobe.db", run=None):
 
 
 def record_declared(db="mpsprobe.db", wheels=(), installed=None, common_mps=None,
-                    torch_version=None, opinfo_cuda=False, macos=26.0):
+                    torch_version=None, opinfo_cuda=False, macos=26.0, *, opinfos=None):
     """Record what PyTorch declares (see ops/declared/) into `db`; returns a summary per reading.
 
     Sources: the installed torch (default, unless wheels or common_mps are
     given), torch wheel files of any platform, a loose common_mps.py of
     `torch_version`, and OpInfo's CUDA dtypes (`opinfo_cuda`). A source that
     cannot be read is recorded as failed; raises MpsprobeError when none can.
+    `opinfos`: the OpInfo list, when the caller has loaded it already.
     """
     from mpsprobe.db import writer
     from mpsprobe.ops.declared import reading
     sources = reading.Sources(wheels=wheels, installed=installed, common_mps=common_mps,
                               torch_version=torch_version, opinfo_cuda=opinfo_cuda, macos=macos)
+    readings = reading.read(sources, opinfos)
     store = open_db(db)
     try:
-        readings = reading.read(sources)
         summary = []
         for r in readings:
             if r.error:
@@ -247,6 +270,57 @@ def record_declared(db="mpsprobe.db", wheels=(), installed=None, common_mps=None
     if not any(item["ok"] for item in summary):
         raise reading.DeclaredError("no source could be read", summary)
     return summary
+
+
+def record_declared_history(db="mpsprobe.db", versions="2.0..2.13", cache_dir=None, *,
+                            macos=26.0, downloader=None, list_versions=None, on_version=None):
+    """Record the declarations of every torch release in `versions` (e.g. "2.0..2.13").
+
+    Each release's macOS arm64 wheel is downloaded once into `cache_dir`
+    (default: $MPSPROBE_WHEEL_CACHE or ~/.cache/mpsprobe/wheels) and read like
+    a --wheel. Returns one dict per release asked for: asked, torch_version,
+    ok, error, rows (recorded), seconds, readings. A release that cannot be
+    listed, downloaded or read gets its error and nothing recorded; the others
+    are still recorded. Raises MpsprobeError for a malformed range (before
+    anything is written) and DeclaredError when no release could be recorded.
+    `downloader(version, dest)` and `list_versions()` replace pip (tests);
+    `on_version(item)` is called after each release.
+    """
+    import time
+    from mpsprobe.ops.declared import history, reading
+    from mpsprobe.ops.opinfo import load_op_db
+    wanted = history.parse_range(versions)
+    cache_dir = cache_dir or history.default_cache()
+    listing_error = None
+    try:
+        available = (list_versions or history.pip_versions)()
+    except history.DownloadError as e:        # offline: what the cache holds still counts
+        available, listing_error = history.cached_versions(cache_dir), str(e)
+    opinfos = load_op_db()
+    results = []
+    for asked, version in history.resolve(wanted, available):
+        started = time.monotonic()
+        item = {"asked": asked, "torch_version": version, "ok": False, "error": None,
+                "rows": 0, "readings": []}
+        try:
+            if version is None:
+                raise history.DownloadError(listing_error or f"PyPI has no torch {asked} release")
+            path = history.fetch(version, cache_dir, downloader or history.pip_download)
+            item["wheel"] = os.path.basename(path)
+            item["readings"] = record_declared(db, wheels=[path], installed=False, macos=macos,
+                                               opinfos=opinfos)
+            item["ok"] = True
+            item["rows"] = sum(r["rows"] for r in item["readings"] if r["ok"])
+        except MpsprobeError as e:
+            item["error"] = str(e)
+            item["readings"] = getattr(e, "summary", [])
+        item["seconds"] = round(time.monotonic() - started, 1)
+        results.append(item)
+        if on_version:
+            on_version(item)
+    if not any(item["ok"] for item in results):
+        raise reading.DeclaredError("no release could be recorded", results)
+    return results
 
 
 def merge(sources, output, say=lambda report: None):

@@ -80,3 +80,29 @@ def test_bad_shard_and_samples(tmp_path, run_cli):
     assert_one_line_error(run_cli("run", "--db", tmp_path / "x.db", "--shard", "3/2"), "--shard")
     assert_one_line_error(run_cli("run", "--db", tmp_path / "x.db", "--samples", 0), "--samples")
     assert not (tmp_path / "x.db").exists()
+
+
+@pytest.mark.parametrize("option,value,needle", [
+    ("--timeout", 0, "--timeout must be a positive"), ("--timeout", -1, "--timeout must be a positive"),
+    ("--timeout", "nan", "--timeout must be a positive"), ("--timeout", "inf", "--timeout must be a positive"),
+    ("--workers", -1, "--workers must be at least 1"),
+])
+def test_bad_timeout_and_workers(tmp_path, run_cli, option, value, needle):
+    db = tmp_path / "x.db"
+    result = run_cli("run", "--db", db, "--device", "cpu", "--ops", "add", option, value)
+    assert_one_line_error(result, needle)
+    assert not db.exists()
+
+
+def test_a_dtype_filter_that_selects_nothing(tmp_path, run_cli):
+    db = tmp_path / "x.db"
+    result = run_cli("run", "--db", db, "--device", "cpu", "--ops", "add", "--dtypes", "float8_e4m3fn")
+    assert_one_line_error(result, "no (op, dtype) pair to probe")
+    assert not db.exists()
+
+
+def test_resume_with_nothing_to_resume_creates_nothing(tmp_path, run_cli):
+    db = tmp_path / "new.db"
+    result = run_cli("run", "--db", db, "--device", "cpu", "--ops", "add", "--resume")
+    assert_one_line_error(result, "there is no run to resume")
+    assert not db.exists()

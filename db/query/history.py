@@ -7,6 +7,7 @@ from mpsprobe.versions import sort_key
 from mpsprobe.vocabulary import FORWARD, PASS_COLUMN, RANK, WORKING
 from mpsprobe.db.views import worst_status
 from . import rows, view
+from .runs import VIRTUAL_MACHINE
 
 CHANGE_KINDS = ("regression", "fix", "changed", "added", "removed")
 
@@ -34,7 +35,7 @@ def op_history(conn, op_id, pass_=FORWARD):
 
 def firsts(conn, op_id, pass_=FORWARD):
     return rows(conn, f"""
-        SELECT dtype, device, os_name, os_major, first_pass_torch, last_fail_torch,
+        SELECT dtype, device, machine_kind, os_name, os_major, first_pass_torch, last_fail_torch,
                passing_since_torch, latest_torch, latest_status, first_seen_torch, n_versions
         FROM {view(conn, "op_firsts")} WHERE op_id = ? AND {PASS_COLUMN} = ?
         ORDER BY device, dtype""",
@@ -56,8 +57,9 @@ def notes(conn, op_id, os_word="OS", pass_=FORWARD):
     """MDN-style one-liners per (device, dtype): 'works since torch 2.3',
     'fallback on macOS < 15', from the op_firsts view."""
     by_pair = {}
-    for row in firsts(conn, op_id, pass_):
-        by_pair.setdefault((row["device"], row["dtype"]), []).append(row)
+    for row in firsts(conn, op_id, pass_):  # a virtual machine's history is told apart
+        device = row["device"] if row["machine_kind"] != VIRTUAL_MACHINE else f"{row['device']} ({VIRTUAL_MACHINE})"
+        by_pair.setdefault((device, row["dtype"]), []).append(row)
     found = []
     for (device, dtype), groups in sorted(by_pair.items()):
         groups.sort(key=lambda g: sort_key(str(g["os_major"] if g["os_major"] is not None else "")))

@@ -54,6 +54,11 @@ def releases(conn, op_id, configurations, declared):
     return found
 
 
+# What the op page shows of an op the store knows only from elsewhere (speed).
+EMPTY_PAGE = {"op": None, "history": {}, "declared": [], "dtypes": [], "releases": [],
+              "firsts": [], "notes": [], "messages": []}
+
+
 def op_page(conn, op_id):
     """Everything the op page shows, or None when the database knows no such op."""
     op = matrix.op(conn, op_id)

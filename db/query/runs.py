@@ -8,8 +8,11 @@ one documented default:
 2. not a model replay (`check --run`, source 'model') unless asked for;
 3. the target device first: MPS, then any other accelerator, the CPU last
    (a CPU run only calibrates the probe);
-4. then the newest torch version (compared as versions, not strings);
-5. then the newest run.
+4. bare metal before a macOS virtual machine (a GitHub-hosted runner is one:
+   about 1 GB for MPS, outputs unlike a real Mac's), so a VM answers only
+   when nothing else does, and says so (`describe`);
+5. then the newest torch version (compared as versions, not strings);
+6. then the newest run.
 
 Filters narrow the candidates first: a torch version prefix ("2.5" matches
 "2.5.1+cpu"), a macOS or any OS version prefix, a device ("cuda" matches
@@ -32,6 +35,25 @@ def device_rank(device):
     return 0 if kind == "mps" else 2 if kind == "cpu" else 1
 
 
+# What kind of machine a run was measured on. Roll-ups keep the kinds apart:
+# a macOS virtual machine's results are never pooled with bare metal's. Its
+# MPS is a paravirtualised GPU (about 1 GB, outputs unlike a real Mac's); a
+# Linux VM's passed-through GPU is the hardware itself, so it counts as bare.
+BARE_METAL, VIRTUAL_MACHINE = "bare metal", "virtual machine"
+
+
+def machine_kind(run):
+    """VIRTUAL_MACHINE for a macOS run recorded as virtualised, else BARE_METAL (unknown counts as bare)."""
+    virtual = run.get("virtualized") == 1 and run.get("os_name") == "macOS"
+    return VIRTUAL_MACHINE if virtual else BARE_METAL
+
+
+def machine_kind_sql(alias="runs"):
+    """The same label as an SQL expression over a runs row, for views and queries to group by."""
+    return (f"CASE WHEN {alias}.virtualized = 1 AND {alias}.os_name = 'macOS' "
+            f"THEN '{VIRTUAL_MACHINE}' ELSE '{BARE_METAL}' END")
+
+
 def list_runs(conn, with_results_only=False):
     """Every run, best first by the default order, each with has_results (1 or 0:
     an index probe, not a count, so a page listing runs stays fast)."""
@@ -43,6 +65,7 @@ def list_runs(conn, with_results_only=False):
     # Stable sorts, last key first: newest run, newest torch, then the device's rank.
     found.sort(key=lambda r: r.get("started") or "", reverse=True)
     found.sort(key=lambda r: r.get("torch_version_key") or "", reverse=True)
+    found.sort(key=lambda r: machine_kind(r) == VIRTUAL_MACHINE)
     found.sort(key=lambda r: device_rank(r.get("device")))
     return found
 
@@ -55,6 +78,8 @@ def _device_match(run, device):
 
 def describe(run):
     where = f"{run.get('os_name') or ''} {run.get('os_version') or ''}".strip()
+    if machine_kind(run) == VIRTUAL_MACHINE:
+        where = f"{where} ({VIRTUAL_MACHINE})".strip()
     return f"{run['device']}, torch {run['torch_version']}, {where}".strip(", ")
 
 

@@ -15,6 +15,7 @@ from mpsprobe.errors import MpsprobeError
 
 COMMANDS = {
     "run": "mpsprobe.cli.run:run",
+    "bench": "mpsprobe.cli.bench:bench",
     "envs": "mpsprobe.cli.envs:envs",
     "merge": "mpsprobe.cli.merge:merge",
     "migrate": "mpsprobe.cli.migrate:migrate",

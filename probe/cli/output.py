@@ -1,7 +1,7 @@
 """Everything the commands print, formatted in one place (lines of text; JSON as is)."""
 import json
 
-from mpsprobe.vocabulary import STATUSES
+from mpsprobe.vocabulary import PASS_COLUMN, STATUSES
 
 
 def as_json(data):
@@ -22,6 +22,14 @@ def target(env):
         return f"target: {where} on macOS {env.get('os_version')}, {env.get('chip')}"
     return (f"target: {where} on {env.get('os_name')}: this is not an MPS measurement; "
             f"results are filed under device {env['device']!r}")
+
+
+def precision_line(mode_names):
+    """Which precision a run's target computed in (runs.precision_modes)."""
+    if mode_names:
+        return (f"precision: reduced-precision modes on ({', '.join(mode_names)}); kernels in them "
+                "judged against the mode's error")
+    return "precision: full (no reduced-precision mode on)"
 
 
 def plan_line(device, ops, dtypes, samples, db_path, shard=None, torch_spec="current",
@@ -66,6 +74,7 @@ def run_summary(run, elapsed=None):
              f"torch {data['torch']}, {data['device']} ({data['device_name']})"]
     width = max(len(s) for s in STATUSES)
     lines += [f"  {s:<{width}}  {run.counts[s]:>7}" for s in STATUSES if run.counts.get(s)]
+    lines.append(precision_line(run.env.get("precision_modes")))
     lines.append(f"recorded in {run.db_path}")
     return lines
 
@@ -82,6 +91,32 @@ def declared_summary(summary, db_path):
             lines.append(f"    {item['ops']} ops: {counts_line(item['statuses'])}")
         lines += [f"    could not decide: {text}" for text in item["unknown_conditions"]]
     lines.append(f"recorded in {db_path}")
+    return lines
+
+
+def declared_history(results, db_path, seconds):
+    """`declared --versions`: one line per release asked for, its readings' troubles, a total."""
+    lines = []
+    for item in results:
+        head = f"{item['asked']:<6} torch {item['torch_version'] or '?':<8}"
+        if not item["ok"]:
+            lines.append(f"{head} FAILED: {item['error']}")
+            continue
+        by = {r["source"]: r for r in item["readings"]}
+        parts = []
+        kernels = by.get("native_functions.yaml")
+        if kernels and kernels["ok"]:
+            parts.append(f"native_functions.yaml {kernels['rows']} "
+                         f"({len(kernels.get('python_mps_kernels', []))} MPS from torch.library)")
+        expectations = by.get("common_mps.py")
+        if expectations and expectations["ok"]:
+            parts.append(f"common_mps.py {expectations['rows']} "
+                         f"({expectations['absent_ops']} ops not in this release)")
+        lines.append(f"{head} {item['rows']:>6} rows: {', '.join(parts)}  [{item['seconds']} s]")
+        lines += [f"    {r['source']} not read: {r['error']}" for r in item["readings"] if not r["ok"]]
+    done = sum(item["ok"] for item in results)
+    lines.append(f"recorded {done} of {len(results)} releases in {db_path} "
+                 f"({sum(item['rows'] for item in results)} rows, {seconds:.0f} s)")
     return lines
 
 
@@ -150,6 +185,18 @@ def envs_table(found, where):
     return lines
 
 
+def bench_summary(result):
+    """`bench`: op, pass, crossover and best speedup per ladder, then where and how long."""
+    rows = [("op", PASS_COLUMN, "crossover", "best speedup")]
+    rows += [(op, pass_name, text, f"{best:.2f}x" if best is not None else "—")
+             for op, pass_name, text, best in result.summary()]
+    widths = [max(len(str(r[i])) for r in rows) for i in range(4)]
+    lines = ["  ".join(str(v).ljust(w) for v, w in zip(r, widths)).rstrip() for r in rows]
+    env = result.env
+    lines.append(f"{len(result.rows)} rungs of {len({r.op for r in result.rows})} ops on {env.get('device')} "
+                 f"({env.get('device_name')}) against the CPU ({env.get('cpu_threads')} threads), "
+                 f"torch {env.get('torch_version')}, {result.wall_s:.1f} s")
+    lines.append(f"recorded as run {result.run_id} in {result.db_path}")
 def ops_table(found, statuses=None, run=None):
     """`ops`: one line per op: id, aten name, dtypes, and its status when a database is given."""
     from mpsprobe.vocabulary import STATUS

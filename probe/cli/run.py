@@ -16,7 +16,10 @@ from mpsprobe.vocabulary import STATUSES
 @click.option("--dtypes", default="", help="Comma-separated dtypes (default: all the op supports on CPU).")
 @click.option("--samples", default=3, show_default=True, type=int, help="Sample inputs per (op, dtype).")
 @click.option("--timing/--no-timing", default=True, show_default=True, help="Time reference and target.")
-@click.option("--workers", default=0, type=int, help="Worker processes (default: one per CPU core).")
+@click.option("--workers", default=0, type=int,
+              help="Worker processes (default: one per CPU core; one on MPS, since a Mac has one GPU and "
+                   "each worker holds its own Metal memory there: parallel workers would run each other out "
+                   "of memory and time each other's work. More are allowed.)")
 @click.option("--timeout", default=60.0, show_default=True, type=float, help="Seconds one case may take.")
 @click.option("--mps-fallback/--no-mps-fallback", default=False, show_default=True,
               help="Set PYTORCH_ENABLE_MPS_FALLBACK=1 in workers: unimplemented ops fall back instead of failing.")
@@ -27,11 +30,14 @@ from mpsprobe.vocabulary import STATUSES
 @click.option("--shard", default=None, help="Run only slice I of N, like 2/4 (for splitting a sweep).")
 @click.option("--resume", is_flag=True, help="Continue the newest unfinished run in the DB.")
 @click.option("--fresh", is_flag=True, help="Start a new run even if a matching one exists.")
+@click.option("--strict-precision", is_flag=True,
+              help="Turn the target's reduced-precision modes (TF32, MPS fast math) off. By default "
+                   "they stay on, and a kernel that ran in one is judged against that mode's error.")
 @click.option("--backend", default=None, hidden=True,
               help="FILE.py[:factory] defining a custom target (used by the test suite).")
 @click.option("--json", "as_json", is_flag=True, help="Print a machine-readable summary.")
 def run(db_path, device, ops, dtypes, samples, timing, workers, timeout, mps_fallback,
-        torch_spec, shard, resume, fresh, backend, as_json):
+        torch_spec, shard, resume, fresh, strict_precision, backend, as_json):
     """Probe every OpInfo op on a device and record the results.
 
     Each case (op, dtype, sample) runs on the CPU and on the target in an
@@ -84,6 +90,7 @@ def run(db_path, device, ops, dtypes, samples, timing, workers, timeout, mps_fal
         run = mpsprobe.probe(ops, dtypes, device, samples, db_path, timing=timing, workers=workers,
                              timeout=timeout, mps_fallback=mps_fallback, shard=shard,
                              torch=torch_spec, backend=backend, resume=resume, fresh=fresh,
+                             strict_precision=strict_precision,
                              on_start=on_start, on_case=on_case, on_pair=on_pair,
                              say=lambda text: click.echo(text, err=True))
     except KeyboardInterrupt:

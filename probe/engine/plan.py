@@ -2,6 +2,7 @@
 key that makes two invocations the same run (so a second one resumes it)."""
 import hashlib
 import json
+import math
 import zlib
 from dataclasses import dataclass, field
 
@@ -28,17 +29,23 @@ class SweepOptions:
     python: str = None            # the interpreter whose torch is probed
     resume: bool = False          # continue the newest unfinished run
     fresh: bool = False           # never continue: always start a new run
+    strict_precision: bool = False  # reduced-precision modes (TF32, fast math) off in workers
 
     def key_fields(self):
         """The options that decide which cases a run holds (and so its identity)."""
         return {"ops": sorted(self.ops), "dtypes": sorted(self.dtypes), "samples": self.samples,
-                "mps_fallback": self.mps_fallback, "shard": list(self.shard) if self.shard else None}
+                "mps_fallback": self.mps_fallback, "shard": list(self.shard) if self.shard else None,
+                **({"strict_precision": True} if self.strict_precision else {})}
 
     def check(self):
         if self.samples < 1:
             raise PlanError("--samples must be at least 1")
         if self.resume and self.fresh:
             raise PlanError("--resume and --fresh contradict each other")
+        if not isinstance(self.timeout, (int, float)) or not math.isfinite(self.timeout) or self.timeout <= 0:
+            raise PlanError(f"--timeout must be a positive number of seconds (got {self.timeout})")
+        if not isinstance(self.workers, int) or self.workers < 0:
+            raise PlanError(f"--workers must be at least 1, or 0 for one per CPU core (got {self.workers})")
 
 
 def parse_shard(text):

@@ -16,6 +16,7 @@ import time
 
 from mpsprobe.errors import MpsprobeError
 from mpsprobe.vocabulary import CRASH, ERROR, TIMEOUT
+from .classify import crash_evidence
 from .launch import worker_command
 
 STARTUP_BUDGET_S = 180.0  # importing torch and the OpInfo database, on a slow machine
@@ -35,6 +36,7 @@ class _Worker:
         self.index = None      # the case in flight (after "begin", before "result")
         self.sample = None
         self.deadline = None
+        self.hangs_seen = 0    # the pool's hang count when this worker last checked the device
 
     def send(self, message):
         self.proc.stdin.write((json.dumps(message) + "\n").encode())
@@ -79,6 +81,18 @@ def _next_index(pair):
     return max(pair["done"]) + 1 if pair["done"] else 0
 
 
+def _evidence(lines):
+    """What a dead worker's last stderr lines name: the cause's reason kind, op and macOS."""
+    evidence = crash_evidence("\n".join(lines))
+    if evidence is None:
+        return {}
+    found = {"reason_kind": evidence["reason_kind"], "message": evidence["line"][:500]}
+    found.update({k: v for k, v in (("aten_op", evidence["op"]), ("min_macos", evidence["min_macos"])) if v})
+    if evidence["dtype"]:
+        found["notes"] = {"named_dtype": evidence["dtype"]}
+    return found
+
+
 def _death(returncode):
     """(signal number or None, text) for a worker's exit status."""
     if returncode is not None and returncode < 0:
@@ -105,6 +119,7 @@ class Pool:
         self.env = dict(os.environ if env is None else env)
         self.selector = selectors.DefaultSelector()
         self.workers = []
+        self.hangs = 0         # hung cases killed so far: the device may still be busy with them
 
     # -- lifecycle ---------------------------------------------------------
     def _spawn(self):
@@ -192,6 +207,9 @@ class Pool:
                    "done": pair["done"]}
         if "calls" in pair:  # a model's calls to replay, instead of OpInfo samples
             message["calls"] = pair["calls"]
+        if worker.hangs_seen < self.hangs:  # a hung case was killed since: is the device answering?
+            message["health_check"] = True
+            worker.hangs_seen = self.hangs
         worker.send(message)
 
     def _handle(self, worker, message, on_case, on_pair):
@@ -237,11 +255,13 @@ class Pool:
         if timed_out:
             result = {"status": TIMEOUT, "check_kind": "none", "reason_kind": "hang",
                       "reason": f"no result within {self.timeout:g} s; worker killed"}
+            self.hangs += 1
         else:
             result = {"status": CRASH, "check_kind": "none", "signal": signum,
                       "reason": text, "message": tail or None,
                       "reason_kind": "signal" if signum else "exit",
                       "stderr_tail": "\n".join(lines) or None}
+            result.update(_evidence(lines))
         pair["done"].append(index)
         on_case(pair, index, sample, result)
         if between_cases:  # it died twice outside any case: the pair ends here

@@ -11,6 +11,7 @@ from dataclasses import asdict
 import mpsprobe
 from mpsprobe.db import schema
 from mpsprobe.db.writer import RunWriter
+from .launch import worker_command
 from .plan import PlanError, SweepOptions, in_shard, parse_shard, run_key  # noqa: F401
 from .pool import Pool, WorkerError
 
@@ -60,6 +61,18 @@ def _recording_now(run, env):
         return False
 
 
+def default_workers(device, cpu_count):
+    """Workers when --workers is not given: one per CPU core, but one on MPS.
+
+    A Mac has one GPU. Each worker is a process with its own Metal allocator
+    and cache on it: parallel workers run each other out of memory (recorded as
+    errors that are not the op's) and time each other's work.
+    """
+    if str(device or "").split(":")[0] == "mps":
+        return 1
+    return max(1, cpu_count or 1)
+
+
 class Sweep:
     """Prepare (validate everything, write nothing), then open the run, then run it."""
 
@@ -68,17 +81,36 @@ class Sweep:
         size = options.workers or os.cpu_count() or 1
         self.config = {"device": options.device, "backend": options.backend,
                        "samples": options.samples, "timing": options.timing,
+                       "strict_precision": options.strict_precision,
                        "threads": max(1, (os.cpu_count() or 1) // size)}
         self.pool = Pool(self.config, size=size, timeout=options.timeout,
                          python=options.python, env=worker_env(options))
         self.env = self.pairs = self.writer = None
         self.resumed = False
 
+    def _fit_pool_to_device(self):
+        """Once the device is known: one worker on MPS unless --workers says otherwise."""
+        if self.options.workers or not self.env:
+            return
+        size = default_workers(self.env.get("device"), os.cpu_count())
+        if size == self.pool.size:
+            return
+        self.pool.close()  # the describing worker ran with the threads of another pool size
+        self.pool.size = size
+        self.config["threads"] = max(1, (os.cpu_count() or 1) // size)
+        self.pool.command = worker_command(self.config, self.options.python)
+
     def prepare(self, select=None):
         """Check the DB, the device and the op/dtype filters; plan the pairs
         (`select(pair)`, if given, keeps only some). Raises SweepError."""
         options = self.options
-        options.check()
+        try:
+            options.check()
+            if options.resume and not os.path.exists(options.db_path):
+                raise SweepError(f"{options.db_path} does not exist: there is no run to resume")
+        except SweepError:
+            self.pool.close()
+            raise
         _check_writable(options.db_path)
         schema.inspect(options.db_path)
         try:
@@ -87,6 +119,11 @@ class Sweep:
         except WorkerError as e:
             self.pool.close()
             raise SweepError(str(e)) from None
+        if not plan["pairs"]:
+            self.pool.close()
+            raise SweepError(f"no (op, dtype) pair to probe: no op selected by --ops "
+                             f"{','.join(options.ops) or '(all)'} supports --dtypes "
+                             f"{','.join(options.dtypes)} on the CPU")
         self.pairs = [p for p in plan["pairs"] if in_shard(p, options.shard)
                       and (select is None or select(p))]
         return self.env, self.pairs
@@ -125,6 +162,7 @@ class Sweep:
         """Run `todo` to the end (or until should_stop()); returns (state, total, counts)."""
         started = time.monotonic()
         state = "interrupted"
+        self._fit_pool_to_device()
 
         def case(pair, index, sample, result):
             self.writer.record(pair, index, sample, result)

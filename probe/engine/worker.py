@@ -8,7 +8,8 @@ case, so it always knows which case was running.
 Requests (stdin, one JSON object a line):
   {"cmd": "describe"}                      -> {"type": "describe", "env": {...}}
   {"cmd": "plan", "ops": [...], "dtypes": [...]} -> {"type": "plan", "pairs": [...]}
-  {"cmd": "pair", "op": ..., "dtype": ..., "done": [sample indices already recorded]}
+  {"cmd": "pair", "op": ..., "dtype": ..., "done": [sample indices already recorded],
+   "health_check": true after a hung case was killed (optional)}
       -> {"type": "begin", "index": i, "sample": "..."} and {"type": "result", "index": i, ...}
          for each sample, then {"type": "pair_done", "n_cases": n}
   {"cmd": "replay", "op": ..., "dtype": ..., "done": [...], "calls": [encoded calls]}
@@ -21,6 +22,7 @@ import sys
 import threading
 import time
 
+HEALTH_CHECK_S = 10.0
 
 def _watch_parent():
     """Exit when the parent dies, so a killed sweep leaves no workers behind."""
@@ -45,6 +47,17 @@ class Worker:
             torch.set_num_threads(threads)
         self.target = devices.resolve(config.get("device", "auto"), config.get("backend"))
         self._opinfos = None
+        self._aten_cache = {}  # (op, dtype, sample signature) -> the aten ops it dispatches
+        self.modes = self._precision(config.get("strict_precision", False))
+
+    def _precision(self, strict):
+        """The target's precision settings, switched off for the worker's life when strict."""
+        from . import precision
+        if strict:
+            # Held until the process ends: a worker serves one run.
+            self._strict = precision.strict_precision(self.target.torch_device)
+            self._strict.__enter__()
+        return self.target.precision_modes()
 
     @property
     def opinfos(self):
@@ -53,9 +66,32 @@ class Worker:
             self._opinfos = opinfo.load_op_db()
         return self._opinfos
 
+    def start_pair(self, request):
+        """Each pair starts from an empty device cache (no pair pays for another's memory)
+        and, after a killed hang, a device check: the notes for its results, or None."""
+        self.target.empty_cache()
+        return self.health_check() if request.get("health_check") else None
+
+    def health_check(self):
+        """After a hung case was killed, is the device answering again? Notes for the results that follow.
+
+        A killed process's GPU work may still be running (pytorch#135442): the
+        timings taken next are flagged with how long a tiny synchronised op took,
+        or that it did not finish within HEALTH_CHECK_S.
+        """
+        took = self.target.health_check(HEALTH_CHECK_S)
+        if took is None:
+            return {"after_hang": True, "device_busy": True,
+                    "health_check": f"a tiny op did not finish within {HEALTH_CHECK_S:g} s"}
+        return {"after_hang": True, "health_check_ms": round(took, 3)}
+
     def describe(self, request):
         from . import environment
-        self.send({"type": "describe", "env": environment.describe(self.target)})
+        from .precision import active_modes
+        env = environment.describe(self.target)
+        # The modes the target's kernels run in (none when strict): runs.precision_modes.
+        env["precision_modes"] = [m.name for m in active_modes(self.modes)]
+        self.send({"type": "describe", "env": env})
 
     def plan(self, request):
         from mpsprobe.ops import opinfo
@@ -66,17 +102,19 @@ class Worker:
         from mpsprobe.ops import opinfo, samples as sample_tools
         from .classify import first_line
         from .execute import run_case
+        from .judge import REFERENCE_FAILED
         from mpsprobe.vocabulary import ERROR, SKIP
         op = opinfo.find(self.opinfos, request["op"])
         dtype = opinfo.parse_dtype(request["dtype"])
+        after_hang = self.start_pair(request)
         done = set(request.get("done") or ())
-        nondeterministic = opinfo.is_nondeterministic(request["op"])
         try:
             cases = opinfo.samples(op, dtype, self.config.get("samples", 3))
         except Exception as e:
             self.send({"type": "begin", "index": 0, "sample": "(sample generation failed)"})
             self.send({"type": "result", "index": 0, "status": SKIP, "check_kind": "none",
                        "reason": "OpInfo could not generate samples for this dtype",
+                       "reason_kind": REFERENCE_FAILED,
                        "error_type": type(e).__name__, "message": first_line(e)})
             self.send({"type": "pair_done", "n_cases": 1})
             return
@@ -86,28 +124,35 @@ class Worker:
             self.send({"type": "begin", "index": index, "sample": sample_tools.summarize(sample)})
             try:
                 result = run_case(op.op, dtype, sample, self.target,
-                                  nondeterministic=nondeterministic,
-                                  timing=self.config.get("timing", True),
-                                  unchecked=opinfo.ambiguous_outputs(request["op"]))
+                                  timing=self.config.get("timing", True), op_key=request["op"],
+                                  aten_cache=self._aten_cache, modes=self.modes)
             except Exception as e:  # a fault of the probe's, reported as such
                 result = {"status": ERROR, "check_kind": "none",
                           "reason": "mpsprobe could not judge this case",
                           "error_type": type(e).__name__, "message": str(e)[:500]}
-            self.send({"type": "result", "index": index, **result})
+            self.send({"type": "result", "index": index, **flagged(result, after_hang)})
         self.send({"type": "pair_done", "n_cases": len(cases)})
 
     def replay(self, request):
         """A pair of a model's captured calls (modelcheck.replay.pairs), each a case."""
         from mpsprobe.modelcheck.replay import decode, run_call
         done = set(request.get("done") or ())
+        after_hang = self.start_pair(request)
         calls = [decode(text) for text in request["calls"]]
         for call in calls:
             if call.index in done:
                 continue
             self.send({"type": "begin", "index": call.index, "sample": call.summary()})
-            result = run_call(call, self.target, timing=self.config.get("timing", True))
-            self.send({"type": "result", "index": call.index, **result})
+            result = run_call(call, self.target, timing=self.config.get("timing", True), modes=self.modes)
+            self.send({"type": "result", "index": call.index, **flagged(result, after_hang)})
         self.send({"type": "pair_done", "n_cases": len(calls)})
+
+
+def flagged(result, after_hang):
+    """`result` with the device check's notes, when one ran before its pair."""
+    if after_hang is None:
+        return result
+    return dict(result, notes=dict(result.get("notes") or {}, **after_hang))
 
 
 def main(config_json):

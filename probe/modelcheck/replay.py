@@ -176,11 +176,13 @@ def decode(text):
     return Call(_function(name), name, dtype, args, kwargs, signature, count)
 
 
-def run_call(call, target, timing=True):
-    """One replayed call as a probe case on `target`: a result dict (see execute.run_case)."""
+def run_call(call, target, timing=True, modes=None):
+    """One replayed call as a probe case on `target`: a result dict (see execute.run_case).
+    `modes`: the target's precision settings, to judge kernels that ran in a reduced one."""
     try:
         return run_case(call.op, getattr(torch, call.dtype, torch.float32), call.sample(),
-                        target, nondeterministic=_nondeterministic(call), timing=timing)
+                        target, nondeterministic=_nondeterministic(call), timing=timing,
+                        op_key=call.name, modes=modes)
     except Exception as e:  # a fault of the replay's, reported as such
         return {"status": ERROR, "check_kind": "none",
                 "reason": "mpsprobe could not replay this call",

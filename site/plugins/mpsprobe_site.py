@@ -14,7 +14,8 @@ from markupsafe import Markup
 
 from mpsprobe.db import query
 from mpsprobe import suggestions
-from mpsprobe.db.query import declared as declared_q, history, matrix, op as op_q, runs as runs_q
+from mpsprobe.db.query import (declared as declared_q, history, matrix, op as op_q,
+                               runs as runs_q, speed as speed_q)
 from mpsprobe.db.query.op import order_dtypes
 from mpsprobe.db.views import inline_missing, quoted
 from mpsprobe.site import limits
@@ -26,6 +27,12 @@ from mpsprobe.vocabulary import FALLBACK, STATUSES, UNSUPPORTED, is_status
 # ---------------------------------------------------------------------------- canned queries
 
 RUN_COLUMNS = "r.torch_version, r.os_name, r.os_version, r.device"
+
+
+# "Slowest ops against the CPU" once speed ladders exist (mpsprobe.db.query.speed answers).
+SLOWEST_FROM_LADDERS = ("Op ladders (mpsprobe bench) whose target never beats the CPU, even at the "
+                        "largest size or batch measured: the best speedup reached, and where. "
+                        "Optionally restrict to a device such as mps.")
 
 
 def _pairs_query(columns, where, order):
@@ -69,8 +76,10 @@ ORDER BY c.sample_index, r.pass""",
     },
     "slowest_vs_cpu": {
         "title": "Slowest ops against the CPU",
-        "description": "(op, dtype) pairs whose mean speedup over the CPU is below 1, "
-                       "slowest first. Optionally restrict to a device such as mps.",
+        "description": "(op, dtype) pairs whose mean speedup over the CPU is below 1, slowest "
+                       "first, from the per-case timing: launch-bound (OpInfo's samples are "
+                       "tiny), so nearly every op shows. Speed ladders (mpsprobe bench) answer "
+                       "this properly. Optionally restrict to a device such as mps.",
         "sql": _pairs_query("round(s.mean_speedup, 3) AS mean_speedup",
                             "s.mean_speedup < 1 AND (:device = '' OR r.device = :device)",
                             "s.mean_speedup"),
@@ -270,13 +279,15 @@ async def op_page(datasette, request):
     db = get_database(datasette)
     op_id = urllib.parse.unquote(request.url_vars["op_id"])
     page = await ask(db, op_q.op_page, op_id)
-    if page is None:
+    speed = await op_speed(datasette, db, op_id)
+    if page is None and not speed:
         variants = await ask(db, op_q.variants, op_id)
         if variants:
             return await variants_page(datasette, request, op_id, variants)
         similar = await ask(db, op_q.similar, op_id)
         hint = f"; did you mean {', '.join(similar)}?" if similar else ""
         raise NotFound(f"no op {op_id} in this database{hint}")
+    page = page or op_q.EMPTY_PAGE
     dtypes = page["dtypes"]
     passes = []
     for pass_, configurations in page["history"].items():
@@ -295,7 +306,7 @@ async def op_page(datasette, request):
         "title": op_id, "db": db.name, "op": page["op"], "op_id": op_id, "dtypes": dtypes,
         "passes": passes, "declared": page["declared"], "releases": page["releases"],
         "firsts": page["firsts"], "notes": page["notes"], "messages": messages,
-        "advice": advice, "grid_url": url(datasette, "/-/grid", op=op_id),
+        "advice": advice, "grid_url": url(datasette, "/-/grid", op=op_id), "speed": speed,
         "fallbacks_url": url(datasette, f"/{db.name}/results", op_id=op_id, status=FALLBACK),
     }, data={"op_id": op_id, "op": page["op"], "dtypes": dtypes, "notes": page["notes"],
              "history": {p["name"]: [{"run": c["run"]["id"], "label": run_label(c["run"]),
@@ -303,6 +314,15 @@ async def op_page(datasette, request):
                          for p in passes},
              "releases": page["releases"], "declared": page["declared"],
              "messages": page["messages"], "suggestions": [s._asdict() for s in advice]})
+
+
+async def op_speed(datasette, db, op_id):
+    """The op's speed section (site/plugins/speed.py: ladder charts), Markup; "" without it."""
+    from datasette.plugins import pm
+    plugin = pm.get_plugin("speed.py")
+    if plugin is None or not hasattr(plugin, "op_section"):
+        return ""
+    return Markup(await plugin.op_section(datasette, db, op_id))
 
 
 @cached
@@ -361,6 +381,9 @@ def canned_queries(datasette, database):
         default_run = quoted(run["id"]) if run else "NULL"
         have = await ask(db, query.present)
         chosen = dict(CANNED_QUERIES)
+        if await ask(db, speed_q.has_ladders):
+            chosen["slowest_vs_cpu"] = dict(chosen["slowest_vs_cpu"], sql=speed_q.SQL_SLOWER_THAN_CPU,
+                                            description=SLOWEST_FROM_LADDERS)
         if "results_fts" not in have:
             chosen["search"] = dict(chosen["search"], sql=SQL_SEARCH_SUBSTRINGS,
                                     description="Substring search over op names, the aten ops "
@@ -408,6 +431,7 @@ def navigation(datasette):
              ("Search", f"/{db.name}/search"), ("Fallbacks", f"/{db.name}/fallbacks"),
              ("Check ops", plugin_page_path("check_ops.py") or f"/{db.name}/check_ops"),
              ("Findings", plugin_page_path("findings.py")),
+             ("Speed", plugin_page_path("speed.py")),
              ("Queries", f"/{db.name}#queries"), ("Runs", f"/{db.name}/runs"),
              ("Legend", "/-/legend")]
     return [(label, datasette.urls.path(path)) for label, path in links if path]

@@ -1,0 +1,200 @@
+"""How one case is judged, beyond comparing numbers: per sample, from the sample itself.
+
+- A random op's sample that draws (dropout with p > 0 in training, normal,
+  bernoulli, ...) is judged by its distribution on the target
+  (distributions.check_sample); one that does not (p = 0, eval mode) by values.
+- Outputs with no unique answer for this sample (ties, repeated eigenvalues)
+  are compared for shape only (ambiguity.py); eigen/singular vectors are
+  compared up to phase and by reconstruction.
+- Auxiliary outputs are noted, never deciding (auxiliary.py).
+- An output computed in a reduced-precision mode of the target is held to
+  that mode's error (precision.py).
+"""
+import math
+from dataclasses import dataclass, field
+
+import torch
+from torch.utils._pytree import tree_flatten, tree_map
+
+from mpsprobe.vocabulary import (CHECK_KINDS, FALLBACK, MISMATCH, PASS, REASON_KINDS, SKIP)
+from . import ambiguity, auxiliary, classify, distributions, precision
+
+_kinds = dict(zip(REASON_KINDS, REASON_KINDS))
+REFERENCE_FAILED, NO_UNIQUE_ANSWER, REDUCED, CPU_FALLBACK = (
+    _kinds["reference_failed"], _kinds["no_unique_answer"], _kinds["reduced_precision"],
+    _kinds["cpu_fallback"])
+VALUES_CHECK, DISTRIBUTION, SHAPE_CHECK, NO_CHECK = CHECK_KINDS
+
+# Draws per distribution check: enough for a false-alarm rate of 1e-6 with
+# power against the bugs in tests/test_distributions.py, and well under a
+# second per case on a CPU.
+DRAW_VALUES = 1 << 15
+DRAW_CALLS = 1024
+
+
+def shape_only(op_key):
+    """Uninitialised memory (empty*): nothing but shape, dtype and device means anything."""
+    return distributions.is_shape_only(op_key)
+
+
+def random_sample(op_key, args):
+    """Whether this sample of `op_key` draws random values (so has a distribution, not a value)."""
+    if distributions.random_op(op_key) is None:
+        return False
+    inp, rest, kwargs = args
+    try:
+        params = distributions.sample_params(op_key, inp, rest, kwargs)
+    except Exception:
+        return True  # parameters unreadable: never compared as values
+    return distributions.is_random_sample(op_key, params)
+
+
+@dataclass
+class Judgement:
+    target_out: object = None
+    cpu_out: object = None
+    truth_out: object = None
+    unchecked: tuple = ()
+    why: str = None          # why some outputs have no unique answer
+    auxiliary: dict = field(default_factory=dict)
+
+
+def prepare(op_key, cpu_args, target_out, cpu_out, truth_out, dtype):
+    """The outputs in the form to compare them, and which have no unique answer."""
+    inp, rest, kwargs = cpu_args
+    positions, dim, unchecked, why = ambiguity.tie_outputs(op_key, inp, rest, kwargs)
+    if positions:
+        try:
+            target_out, cpu_out = (ambiguity.index_values(op_key, inp, out, positions, dim)
+                                   for out in (target_out, cpu_out))
+            truth_out = None  # the truth's indices are the CPU's business; values decide
+        except Exception:  # a malformed target output: the plain comparison says so
+            pass
+    twice = ambiguity.written_twice(op_key, inp, rest, kwargs)
+    if twice is not None:
+        target_out, truth_out = (ambiguity.unwritten(out, cpu_out, twice) for out in (target_out, truth_out))
+        why = (f"{int(twice.sum())} positions written more than once, where any write may win: "
+               "not compared")
+    if ambiguity.random_regions(op_key, kwargs):
+        try:
+            target_out, cpu_out = (ambiguity.pooled_promise(op_key, inp, rest, out) for out in (target_out, cpu_out))
+            truth_out = None
+            why = "random pooling regions: each output checked as some window's maximum"
+        except Exception:  # a malformed target output: the plain comparison says so
+            pass
+    cpu_out_raw = cpu_out
+    if op_key in ambiguity.VECTOR_OPS and isinstance(cpu_out, (tuple, list, torch.Tensor)):
+        try:
+            canon = [ambiguity.canonical(op_key, out, cpu_out, dtype) if out is not None else (None, (), None)
+                     for out in (target_out, cpu_out, truth_out)]
+        except Exception:  # a malformed target output: leave it to the plain comparison
+            canon = None
+        if canon:
+            (target_out, _, _), (cpu_out, unchecked, why), (truth_out, _, _) = canon
+        if op_key in ("svd_lowrank", "pca_lowrank") and not ambiguity.lowrank_exact(
+                op_key, (inp,) + tuple(rest), kwargs, cpu_out_raw, dtype):
+            unchecked = tuple(range(4))
+            why = "q below the matrix's rank: the approximation depends on the random projection"
+    rules = auxiliary.auxiliary_outputs(op_key)
+    n = len(cpu_out) if isinstance(cpu_out, (tuple, list)) else 1
+    rules = {i: r for i, r in rules.items() if n > 1 and i < n}
+    return Judgement(target_out, cpu_out, truth_out, tuple(unchecked), why, rules)
+
+
+# --- reduced-precision modes ----------------------------------------------------------
+
+# Ops that keep "the op on |inputs| bounds the sum of |terms|" true around a matmul or a
+# convolution: views, copies, and the additions and products of multilinear algebra.
+_MULTILINEAR = frozenset({
+    "view", "_unsafe_view", "reshape", "t", "transpose", "permute", "expand", "unsqueeze", "squeeze",
+    "clone", "contiguous", "detach", "alias", "as_strided", "slice", "select", "copy_", "copy", "empty",
+    "empty_like", "zeros", "zeros_like", "new_zeros", "new_empty", "_to_copy", "unbind", "split",
+    "narrow", "lift_fresh", "add", "add_", "mul", "mul_", "sum", "fill_", "zero_", "resolve_conj",
+    "resolve_neg", "_conj", "conj", "view_as_real", "view_as_complex", "stack", "cat", "squeeze_",
+    "unsqueeze_", "expand_as", "_reshape_alias", "flatten", "unflatten", "movedim", "mT", "mH",
+})
+
+
+def _multilinear(aten_ops):
+    return all(precision.family_of(op) or precision.base_name(op) in _MULTILINEAR for op in aten_ops)
+
+
+def _absolute(args, dtype):
+    """`args` in magnitudes, widened: tensors |x| (complex kept complex), float scalars |x|."""
+    wide = torch.complex128 if dtype.is_complex else torch.float64
+
+    def mag(x):
+        if isinstance(x, torch.Tensor) and (x.is_floating_point() or x.is_complex()):
+            return x.detach().abs().to(wide if x.dtype == dtype else x.abs().dtype)
+        if isinstance(x, float):
+            return abs(x)
+        return x
+    return tree_map(mag, args)
+
+
+def precision_allowance(op, cpu_args, dtype, aten_ops, shapes, modes, cpu_out):
+    """(Applicable or None, {output position: (Applicable, per-element allowance)}).
+
+    The allowance is precision.mode_error_bound's worst case, from the sum of
+    |terms| behind each output (the op run on magnitudes in float64): rigorous
+    for multilinear ops only, so for other ops the mode is named, but nothing
+    is allowed (the caller skips such a case rather than calling it wrong).
+    """
+    applicable = precision.applicable_mode(aten_ops, modes, dtype, shapes)
+    if applicable is None or not _multilinear(aten_ops):
+        return applicable, {}
+    inp, rest, kwargs = _absolute(cpu_args, dtype)
+    try:
+        magnitudes = op(inp, *rest, **kwargs)
+    except Exception:
+        return applicable, {}
+    k = applicable.reduction_length or max(
+        (x.numel() for x in tree_flatten(cpu_args)[0] if isinstance(x, torch.Tensor)), default=1)
+    allowed = {}
+    c_leaves, m_leaves = tree_flatten(cpu_out)[0], tree_flatten(magnitudes)[0]
+    for i, (c, m) in enumerate(zip(c_leaves, m_leaves)):
+        if isinstance(c, torch.Tensor) and isinstance(m, torch.Tensor) and c.shape == m.shape \
+                and (c.is_floating_point() or c.is_complex()):
+            allowed[i] = (applicable, precision.mode_error_bound(applicable.mode, k, m.abs()))
+    return applicable, allowed
+
+
+# --- the status ---------------------------------------------------------------------
+
+def status_of(verdict, how, fallen_back, shape_only_op, applicable, bounded):
+    """(status, reason, reason kind) from a Verdict and what was learnt about the case."""
+    if not verdict.ok:
+        if applicable is not None and not bounded and verdict.reason_kind in (None, "values"):
+            return (SKIP, f"ran in {applicable.mode.label}, whose error cannot be bounded for this op: "
+                          f"{verdict.reason}", REDUCED)
+        return MISMATCH, verdict.reason, verdict.reason_kind
+    if fallen_back:
+        return FALLBACK, f"fell back to the CPU: {', '.join(fallen_back)}", CPU_FALLBACK
+    if verdict.undecided:
+        return SKIP, verdict.reason, NO_UNIQUE_ANSWER
+    if shape_only_op:
+        return SKIP, "uninitialised memory: checked shape, dtype and device only", NO_UNIQUE_ANSWER
+    if verdict.check_kind == SHAPE_CHECK:
+        return SKIP, f"{how.why or 'no unique answer'}: checked shape, dtype and device only", NO_UNIQUE_ANSWER
+    if verdict.precision_mode:
+        mode = precision.MODES[verdict.precision_mode]
+        return PASS, f"matches the CPU within {mode.label}'s error", REDUCED
+    return PASS, "matches the CPU within tolerance", None
+
+
+def distribution(op_key, draw_args, target):
+    """(status, reason, reason kind, extra fields, notes among them): the random sample judged by its
+    distribution, drawn on the target."""
+    inp, rest, kwargs = draw_args
+    try:
+        with target.context():
+            result = distributions.check_sample(op_key, inp, rest, kwargs, n=DRAW_VALUES,
+                                                max_calls=DRAW_CALLS)
+    except Exception as e:
+        status, aten_op, reason = classify.classify_error(e)
+        return status, f"drawing again on the target: {reason}", None, {
+            "error_type": type(e).__name__, "message": classify.first_line(e), "aten_op": aten_op}
+    fields = {"check_kind": DISTRIBUTION if result.status != SKIP else SHAPE_CHECK}
+    if math.isfinite(result.statistic) and math.isfinite(result.threshold):
+        fields["notes"] = [f"deciding statistic {result.statistic:.4g}, threshold {result.threshold:.4g}"]
+    return result.status, result.detail, result.reason_kind, fields

@@ -1,0 +1,136 @@
+"""WRONG: test-only targets that answer trivially, or in a reduced precision.
+
+It is NOT a measurement of anything. It stands in for a device whose kernels
+are wrong in the ways a tolerance policy must never accept, or right in a
+reduced-precision mode it must accept:
+
+- "zeros":  every aten op returns zeros of its output's shape and dtype;
+- "input":  every aten op returns its first tensor argument where that has the
+            output's shape and dtype (zeros otherwise): "the input unchanged";
+- "tf32":   matmul and convolution inputs rounded to TF32's 10-bit mantissa,
+            eval-mode batch norm returns (C,)-shaped saved statistics as CUDA
+            does, and the target reports TF32 as on (as a CUDA device would);
+- "tf32_wrong": as "tf32", but matmul and convolution inputs rounded to 4
+            bits: beyond what TF32 allows;
+- "phase":  right, but eigenvectors and singular vectors turned by another
+            phase (a sign when real) per vector, as another LAPACK may return.
+
+WRONG (the environment variable) picks the behaviour for `--backend
+tests/wrong_backend.py`; tests build targets directly with WrongTarget(kind).
+Through --backend, TF32 follows the settings as on a CUDA device: on until
+`--strict-precision` sets float32 matmul precision to "highest".
+"""
+import contextlib
+import os
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten, tree_map
+
+from mpsprobe.engine.aten import aten_name
+from mpsprobe.engine.devices import Target
+from mpsprobe.engine.precision import family_of, round_to_mantissa
+
+_TF32_MODES = {"device": "cuda", "cuda.matmul.allow_tf32": True, "cudnn.allow_tf32": True,
+               "float32_matmul_precision": "high"}
+
+
+# Moving a sample to the target runs these; they stay right, so the inputs are the sample's.
+_MOVES = ("aten::_to_copy", "aten::copy_", "aten::set_", "aten::as_strided", "aten::empty", "aten::clone",
+          "aten::detach", "aten::lift_fresh", "aten::alias", "aten::_neg_view", "aten::_conj", "aten::view")
+
+
+def _first_tensor(args):
+    return next((x for x in tree_flatten(args)[0] if isinstance(x, torch.Tensor)), None)
+
+
+class _Wrong(TorchDispatchMode):
+    def __init__(self, kind):
+        super().__init__()
+        self.kind = kind
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        name = aten_name(func)
+        if self.kind.startswith("tf32") and family_of(name) and func._schema.is_mutable is False:
+            bits = 10 if self.kind == "tf32" else 4
+
+            def rounded(x):
+                if isinstance(x, torch.Tensor) and x.dtype == torch.float32:
+                    return round_to_mantissa(x, bits)
+                return x
+            args, kwargs = tree_map(rounded, (args, kwargs))
+        out = func(*args, **kwargs)
+        if name.startswith(_MOVES):
+            return out
+        if self.kind == "phase":
+            return _turned(name, out)
+        if self.kind.startswith("tf32"):
+            if name.startswith("aten::native_batch_norm") and not args[5] and out[1].numel() == 0:
+                channels = args[0].shape[1]
+                stats = torch.zeros(channels, dtype=torch.float32)
+                return out[0], stats, stats.clone()
+            return out
+        first = _first_tensor(args)
+
+        def wrong(x):
+            if not isinstance(x, torch.Tensor) or not (x.is_floating_point() or x.is_complex()):
+                return x
+            if self.kind == "input" and isinstance(first, torch.Tensor) \
+                    and first.shape == x.shape and first.dtype == x.dtype:
+                return first.clone()
+            return torch.zeros_like(x)
+        return tree_map(wrong, out)
+
+
+def _phase(vectors):
+    k = vectors.shape[-1]
+    if vectors.is_complex():
+        angles = torch.linspace(0.5, 2.5, k, dtype=torch.float64)
+        return torch.polar(torch.ones_like(angles), angles).to(vectors.dtype)
+    return torch.tensor([(-1.0) ** (j + 1) for j in range(k)], dtype=vectors.dtype)
+
+
+def _turned(name, out):
+    if name in ("aten::_linalg_eigh.default", "aten::_linalg_eigh", "aten::linalg_eig"):
+        values, vectors = out[0], out[1]
+        return values, vectors * _phase(vectors)
+    if name.startswith("aten::_linalg_svd") and out[0].numel():
+        u, s, vh = out
+        k = s.shape[-1]
+        phase = _phase(u[..., :k])
+        u = torch.cat([u[..., :k] * phase, u[..., k:]], dim=-1)
+        # resolved: inside a dispatch mode a lazy conj view multiplies as if unconjugated
+        vh = torch.cat([vh[..., :k, :] * phase.conj().resolve_conj().unsqueeze(-1), vh[..., k:, :]], dim=-2)
+        return u, s, vh
+    return out
+
+
+class WrongTarget(Target):
+    def __init__(self, kind, follow_settings=False):
+        super().__init__("cpu")
+        self.kind = kind
+        self.follow_settings = follow_settings
+
+    def _tf32(self):
+        return self.kind.startswith("tf32") and not (
+            self.follow_settings and torch.get_float32_matmul_precision() == "highest")
+
+    @property
+    def device_name(self):
+        return f"WRONG ({self.kind}, test-only)"
+
+    def context(self):
+        if self.kind.startswith("tf32") and not self._tf32():
+            return contextlib.nullcontext()
+        return _Wrong(self.kind)
+
+    def precision_modes(self):
+        return dict(_TF32_MODES) if self._tf32() else super().precision_modes()
+
+
+def make_target():
+    kind = os.environ.get("WRONG", "zeros")
+    if kind.startswith("tf32"):
+        torch.set_float32_matmul_precision("high")  # TF32 on, as CUDA's cuDNN has it by default
+    return WrongTarget(kind, follow_settings=True)
