@@ -19,19 +19,19 @@ from mpsprobe.db.views import in_list, worst_status
 from mpsprobe.versions import major_version, same_release, sort_key
 from mpsprobe.vocabulary import FORWARD, PASS_COLUMN, WORKING, worst
 from . import declared as declared_q, present, rows
-from .runs import device_rank, list_runs
+from .runs import VIRTUAL_MACHINE, device_rank, list_runs, machine_kind
 
 
 def group_key(run):
-    """(device kind, OS, OS major, virtualised): a column group."""
+    """(device kind, OS, OS major, virtual machine?): a column group (runs.machine_kind decides)."""
     return ((run.get("device") or "?").split(":", 1)[0], run.get("os_name") or "",
-            major_version(run.get("os_version")) or "", bool(run.get("virtualized")))
+            major_version(run.get("os_version")) or "", machine_kind(run) == VIRTUAL_MACHINE)
 
 
 def group_label(key):
     device, os_name, os_major, virtual = key
     where = " ".join(x for x in (os_name, os_major) if x)
-    return f"{device} · {where}" + (" · virtualised" if virtual else "")
+    return f"{device} · {where}" + (f" · {VIRTUAL_MACHINE}" if virtual else "")
 
 
 def columns(conn):
