@@ -10,8 +10,8 @@ worst-status roll-ups are built from mpsprobe.vocabulary.
 - `aten_op_status`: the same per aten op a case dispatched (what `check` joins);
 - `run_status_counts`: cases per status per run;
 - `op_history`: one row per (run, op, dtype, pass) with the run's torch
-  version, device, OS and OS major version;
-- `op_firsts`: one row per (op, dtype, pass, device, OS, OS major): the first
+  version, device, machine_kind (bare metal or virtual machine), OS and OS major;
+- `op_firsts`: one row per (op, dtype, pass, device, machine_kind, OS, OS major): the first
   torch version seen passing, the last seen failing, the version it has passed
   since, the newest version seen and its status, and every version's status;
 - `run_sweeps` / `sweeps` / `sweep_op_dtype_status`: shard runs of one sweep
@@ -24,6 +24,7 @@ mpsprobe.
 """
 import hashlib
 
+from mpsprobe.db.query.runs import machine_kind_sql
 from mpsprobe.vocabulary import FAILING, PASS, STATUSES
 
 # Shard runs that share all of these (and the shard count N) are slices of one
@@ -83,7 +84,8 @@ def _sweep_id_sql():
 # -- the views, in creation order (a view only uses those above it) -----------
 
 def _definitions():
-    runs_with_major = f"(SELECT *, {os_major()} AS os_major FROM runs)"
+    # Every roll-up across runs keeps virtual machines apart from bare metal (`machine_kind`).
+    runs_with_major = f"(SELECT *, {os_major()} AS os_major, {machine_kind_sql()} AS machine_kind FROM runs)"
     counts = ", ".join(f"s.n_{s}" for s in STATUSES)
     views = {}
     views["op_dtype_status"] = f"""
@@ -109,14 +111,14 @@ GROUP BY results.run_id, je.value, results.dtype, results.pass"""
 SELECT run_id, count(*) AS n_cases, {status_counts()}
 FROM results GROUP BY run_id"""
     views["op_history"] = f"""
-SELECT s.op_id, s.dtype, s.pass, r.device, r.os_name, r.os_major,
+SELECT s.op_id, s.dtype, s.pass, r.device, r.machine_kind, r.os_name, r.os_major,
   r.torch_version, r.torch_version_key, s.status, s.run_id,
   s.n_cases, {counts},
   r.os_version, r.device_name, r.chip, r.torch_git, r.state AS run_state, r.started,
   r.source AS run_source
 FROM op_dtype_status AS s
 JOIN {runs_with_major} AS r ON r.id = s.run_id"""
-    group = "op_id, dtype, pass, device, os_name, os_major"
+    group = "op_id, dtype, pass, device, machine_kind, os_name, os_major"
     # The history of one group, as JSON, from a per-version roll-up of its
     # results. It is a correlated subquery under a single GROUP BY, so a
     # filter on op_id (what a page asks) reaches the results index: one op's
@@ -135,7 +137,8 @@ JOIN {runs_with_major} AS r ON r.id = s.run_id"""
         {worst_status('res.status')} AS status
       FROM results AS res JOIN {runs_with_major} AS r ON r.id = res.run_id
       WHERE res.op_id = g.op_id AND res.dtype = g.dtype AND res.pass = g.pass
-        AND r.device IS g.device AND r.os_name IS g.os_name AND r.os_major IS g.os_major
+        AND r.device IS g.device AND r.machine_kind IS g.machine_kind
+        AND r.os_name IS g.os_name AND r.os_major IS g.os_major
         AND r.torch_version_key IS NOT NULL
       GROUP BY r.torch_version_key ORDER BY r.torch_version_key))"""
 
@@ -161,10 +164,10 @@ SELECT {group},
 FROM (
   SELECT DISTINCT g.*, {history_json} AS h  -- DISTINCT: evaluate h once a row, not once a use
   FROM (
-    SELECT res.op_id, res.dtype, res.pass, r.device, r.os_name, r.os_major
+    SELECT res.op_id, res.dtype, res.pass, r.device, r.machine_kind, r.os_name, r.os_major
     FROM results AS res JOIN {runs_with_major} AS r ON r.id = res.run_id
     WHERE r.torch_version_key IS NOT NULL
-    GROUP BY res.op_id, res.dtype, res.pass, r.device, r.os_name, r.os_major
+    GROUP BY res.op_id, res.dtype, res.pass, r.device, r.machine_kind, r.os_name, r.os_major
   ) AS g
 )"""
     views["run_sweeps"] = f"""

@@ -9,7 +9,11 @@ The Python API (see the README for a notebook example):
     report.ops, report.to_json()
     db = mpsprobe.open_db("x.db")            # a sqlite-utils Database
     mpsprobe.findings("x.db"), mpsprobe.record_declared("x.db")
+    mpsprobe.record_declared_history("x.db", "2.0..2.13")   # downloads macOS wheels
     mpsprobe.merge(["a.db", "b.db"], "all.db"), mpsprobe.migrate("old.db")
+    speed = mpsprobe.bench(ops=["add", "matmul"], device="mps", max_size=1e6, db="x.db")
+    speed.crossovers                         # where the target starts to beat the CPU
+    mpsprobe.sweep_batches(model, example_inputs, batches=(1, 8, 32), device="mps", db="x.db")
 
 Every user mistake raises mpsprobe.MpsprobeError. The names load lazily, so
 `import mpsprobe` imports neither torch nor the store.
@@ -23,17 +27,21 @@ from mpsprobe.errors import MpsprobeError
 
 __version__ = "0.1.0"
 
-_API = ("probe", "check_model", "open_db", "findings", "record_declared", "merge", "migrate",
-        "Run")
-__all__ = ["MpsprobeError", "__version__", *_API]
+_API = ("probe", "check_model", "open_db", "findings", "record_declared",
+        "record_declared_history", "merge", "migrate", "op_statuses", "Run")
+_SPEED = {"bench": "mpsprobe.speed", "Bench": "mpsprobe.speed", "sweep_batches": "mpsprobe.modelcheck.batches"}
+__all__ = ["MpsprobeError", "__version__", *_API, *_SPEED]
 
 
 def __getattr__(name):
     if name in _API:
         from mpsprobe import api
         return getattr(api, name)
+    if name in _SPEED:
+        import importlib
+        return getattr(importlib.import_module(_SPEED[name]), name)
     raise AttributeError(f"module 'mpsprobe' has no attribute {name!r}")
 
 
 def __dir__():
-    return sorted(list(globals()) + list(_API))
+    return sorted(list(globals()) + list(_API) + list(_SPEED))

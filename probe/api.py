@@ -136,7 +136,7 @@ def _loaded(model, example_inputs, input_shape, dtype, name):
 def check_model(model, example_inputs=None, db="mpsprobe.db", *, input_shape=None, train=False,
                 optimizer="sgd", dtype=None, run=False, device="auto", backend=None, timing=True,
                 torch=None, macos=None, run_id=None, export=None, name=None, workers=1,
-                timeout=60.0, strict_precision=False, say=None):
+                timeout=60.0, batches=None, strict_precision=False, say=None):
     """Will `model` run on the target? Its aten ops, each answered from the database.
 
     `model`: an nn.Module (with `example_inputs`: a tensor, a tuple of
@@ -147,6 +147,9 @@ def check_model(model, example_inputs=None, db="mpsprobe.db", *, input_shape=Non
     chosen by `torch`, `macos`, `device` and `run_id`. `run=True` instead replays
     the model's calls on `device` here, in isolated workers, and records them
     (`strict_precision`: with the device's reduced-precision modes off).
+    `batches` (with `run`: sizes like (1, 8, 32) or "1,8,32") also times one whole
+    step of the model per batch size on the CPU and `device` (modelcheck/batches.py),
+    recorded under the replay's run and kept in the Report's `batch_sweep`.
     Returns a Report: `.ops` (per-op answers), `.to_json()`, `.exit_code(fail_on)`.
     """
     from mpsprobe.db import schema
@@ -159,12 +162,25 @@ def check_model(model, example_inputs=None, db="mpsprobe.db", *, input_shape=Non
     is_list = isinstance(model, (str, os.PathLike)) and str(model).endswith(".json")
     if is_list and run:
         raise MpsprobeError("--run needs a model to replay, not an op list")
+    if export:   # refused now, not after the whole capture
+        folder = os.path.dirname(os.path.abspath(export))
+        if not os.path.isdir(folder):
+            raise MpsprobeError(f"--export {export}: directory {folder} does not exist")
+        if os.path.isdir(export) or not os.access(folder, os.W_OK):
+            raise MpsprobeError(f"--export {export}: cannot write a file there")
+    if batches and not run:
+        raise MpsprobeError("--batch times the model on this machine: it needs --run")
+    if batches:
+        from mpsprobe.modelcheck import batches as batch_sweeps
+        batches = batch_sweeps.parse_batches(batches if isinstance(batches, str)
+                                             else ",".join(map(str, batches)))
     store = schema.open_db(db_path, readonly=not run)
     try:
-        model_ms = None
+        model_ms = sweep = None
         if run:
             from mpsprobe.engine.pool import Pool, WorkerError
             from mpsprobe.modelcheck import replay
+            loaded = _loaded(model, example_inputs, input_shape, dtype, name)  # before the workers
             pool = Pool({"device": device, "backend": backend, "timing": timing,
                          "strict_precision": strict_precision},
                         size=workers, timeout=timeout)
@@ -176,18 +192,23 @@ def check_model(model, example_inputs=None, db="mpsprobe.db", *, input_shape=Non
             with pool:   # replay() runs the calls in it; closed here too if capture fails
                 recorder = replay.CallRecorder()
                 portable = not env["device"].startswith("cpu") or env.get("backend") is not None
-                model_ops = capture.capture(
-                    _loaded(model, example_inputs, input_shape, dtype, name), train=train,
-                    optimizer=optimizer, portable=portable, on_call=recorder)
+                model_ops = capture.capture(loaded, train=train, optimizer=optimizer,
+                                            portable=portable, on_call=recorder)
                 calls = recorder.list()
                 say(f"replaying {len(calls)} distinct calls of {model_ops.distinct} aten ops on "
                     f"{env['device']} ({env['device_name']})")
+                for op_name, why in sorted(recorder.skipped.items()):
+                    say(f"not replayed: {op_name} (its arguments cannot be rebuilt: {why})")
                 from mpsprobe.cli.output import precision_line
                 say(precision_line(env.get("precision_modes")))
                 writer, results = replay.replay(store, calls, pool, env, model_ops.model,
                                                 timing=timing)
             chosen = runs_q.pick_run(store.conn, run_id=writer.run_id)
             model_ms = replay.model_time(results)
+            if batches:
+                sweep = batch_sweeps.sweep_and_record(
+                    _loaded(model, example_inputs, input_shape, dtype, name), batches, device, backend,
+                    store, writer.run_id, train=train, optimizer=optimizer, say=say)
         else:
             chosen = runs_q.pick_run(store.conn, torch=torch, macos=macos, device=device)
             if is_list:
@@ -203,12 +224,17 @@ def check_model(model, example_inputs=None, db="mpsprobe.db", *, input_shape=Non
                     _loaded(model, example_inputs, input_shape, dtype, name), train=train,
                     optimizer=optimizer, portable=chosen["device"] != "cpu")
         if export:
-            with open(export, "w") as f:
-                json.dump(model_ops.to_json(), f, indent=2)
-        return reporting.answer(store.conn, model_ops, chosen, model_ms=model_ms,
-                                recorded_in=db_path if run else None)
+            try:
+                with open(export, "w") as f:
+                    json.dump(model_ops.to_json(), f, indent=2)
+            except OSError as e:
+                raise MpsprobeError(f"--export {export}: {e.strerror}") from None
+        report = reporting.answer(store.conn, model_ops, chosen, model_ms=model_ms,
+                                  recorded_in=db_path if run else None)
+        report.batch_sweep = sweep
+        return report
     finally:
-        store.conn.close()
+        schema.close(store) if run else store.conn.close()
 
 
 def findings(db="mpsprobe.db", run=None, against=None):
@@ -221,22 +247,38 @@ def findings(db="mpsprobe.db", run=None, against=None):
         store.conn.close()
 
 
+def op_statuses(db="mpsprobe.db", run=None):
+    """(run, {op id: worst status over its dtypes}) of a run (default: the run picker's)."""
+    from mpsprobe.db.query import matrix, runs
+    from mpsprobe.vocabulary import worst
+    store = open_db(db, readonly=True)
+    try:
+        picked = runs.pick_run(store.conn, run_id=run)
+        found = {}
+        for cell in matrix.cells(store.conn, picked["id"]):
+            found.setdefault(cell["op_id"], []).append(cell["status"])
+        return picked, {op: worst(statuses) for op, statuses in found.items()}
+    finally:
+        store.conn.close()
+
+
 def record_declared(db="mpsprobe.db", wheels=(), installed=None, common_mps=None,
-                    torch_version=None, opinfo_cuda=False, macos=26.0):
+                    torch_version=None, opinfo_cuda=False, macos=26.0, *, opinfos=None):
     """Record what PyTorch declares (see ops/declared/) into `db`; returns a summary per reading.
 
     Sources: the installed torch (default, unless wheels or common_mps are
     given), torch wheel files of any platform, a loose common_mps.py of
     `torch_version`, and OpInfo's CUDA dtypes (`opinfo_cuda`). A source that
     cannot be read is recorded as failed; raises MpsprobeError when none can.
+    `opinfos`: the OpInfo list, when the caller has loaded it already.
     """
-    from mpsprobe.db import writer
+    from mpsprobe.db import schema, writer
     from mpsprobe.ops.declared import reading
     sources = reading.Sources(wheels=wheels, installed=installed, common_mps=common_mps,
                               torch_version=torch_version, opinfo_cuda=opinfo_cuda, macos=macos)
+    readings = reading.read(sources, opinfos)
     store = open_db(db)
     try:
-        readings = reading.read(sources)
         summary = []
         for r in readings:
             if r.error:
@@ -247,10 +289,61 @@ def record_declared(db="mpsprobe.db", wheels=(), installed=None, common_mps=None
                                        r.tables, r.options)
             summary.append(reading.summarize(r))
     finally:
-        store.conn.close()
+        schema.close(store)
     if not any(item["ok"] for item in summary):
         raise reading.DeclaredError("no source could be read", summary)
     return summary
+
+
+def record_declared_history(db="mpsprobe.db", versions="2.0..2.13", cache_dir=None, *,
+                            macos=26.0, downloader=None, list_versions=None, on_version=None):
+    """Record the declarations of every torch release in `versions` (e.g. "2.0..2.13").
+
+    Each release's macOS arm64 wheel is downloaded once into `cache_dir`
+    (default: $MPSPROBE_WHEEL_CACHE or ~/.cache/mpsprobe/wheels) and read like
+    a --wheel. Returns one dict per release asked for: asked, torch_version,
+    ok, error, rows (recorded), seconds, readings. A release that cannot be
+    listed, downloaded or read gets its error and nothing recorded; the others
+    are still recorded. Raises MpsprobeError for a malformed range (before
+    anything is written) and DeclaredError when no release could be recorded.
+    `downloader(version, dest)` and `list_versions()` replace pip (tests);
+    `on_version(item)` is called after each release.
+    """
+    import time
+    from mpsprobe.ops.declared import history, reading
+    from mpsprobe.ops.opinfo import load_op_db
+    wanted = history.parse_range(versions)
+    cache_dir = cache_dir or history.default_cache()
+    listing_error = None
+    try:
+        available = (list_versions or history.pip_versions)()
+    except history.DownloadError as e:        # offline: what the cache holds still counts
+        available, listing_error = history.cached_versions(cache_dir), str(e)
+    opinfos = load_op_db()
+    results = []
+    for asked, version in history.resolve(wanted, available):
+        started = time.monotonic()
+        item = {"asked": asked, "torch_version": version, "ok": False, "error": None,
+                "rows": 0, "readings": []}
+        try:
+            if version is None:
+                raise history.DownloadError(listing_error or f"PyPI has no torch {asked} release")
+            path = history.fetch(version, cache_dir, downloader or history.pip_download)
+            item["wheel"] = os.path.basename(path)
+            item["readings"] = record_declared(db, wheels=[path], installed=False, macos=macos,
+                                               opinfos=opinfos)
+            item["ok"] = True
+            item["rows"] = sum(r["rows"] for r in item["readings"] if r["ok"])
+        except MpsprobeError as e:
+            item["error"] = str(e)
+            item["readings"] = getattr(e, "summary", [])
+        item["seconds"] = round(time.monotonic() - started, 1)
+        results.append(item)
+        if on_version:
+            on_version(item)
+    if not any(item["ok"] for item in results):
+        raise reading.DeclaredError("no release could be recorded", results)
+    return results
 
 
 def merge(sources, output, say=lambda report: None):

@@ -15,7 +15,7 @@ TESTS = Path(__file__).parent
 DATA = TESTS / "data"
 
 # One op for each way the fake MPS backend fails, plus ops that work.
-FAKE_OPS = "histc,bitwise_and,exp,erfinv,lgamma,add,empty_like"
+FAKE_OPS = "histc,linalg.svd,exp,erfinv,lgamma,add,empty_like"
 FAKE_DTYPES = "float16,float32,float64,int32"
 
 
@@ -100,6 +100,39 @@ def cpu_db(tmp_path_factory):
                       "--dtypes", "float32,float16,int64", "--samples", 2, "--json")
     assert result.exit_code == 0, result.output
     return str(path)
+
+
+# Binary ops: OpInfo gives them several samples, so a fault on the first leaves
+# others in the same pair that must still run. The unary ones below
+# (test_pool_faults.py) check causes, leftovers and forged replies.
+FAULTY_FAULTS = {
+    "aten::mul.Tensor": "segfault", "aten::sub.Tensor": "oom", "aten::add.Tensor": "exit",
+    "aten::div.Tensor": "oom_raise", "aten::maximum": "garbage",
+    "aten::abs": "sysexit", "aten::sin": "close_reply", "aten::cos": "forge",
+    "aten::floor": "spawn", "aten::ceil": "fork_segfault"}
+FAULTY_OPS = "mul,sub,add,div.no_rounding_mode,maximum,minimum,abs,sin,cos,floor,ceil"
+
+
+@pytest.fixture(scope="session")
+def faulty_sweep(tmp_path_factory):
+    """A sweep over the faulty test backend (tests/faulty_backend.py), each fault
+    firing on the first case that reaches it: {"db", "once" (its marker folder), "result"}."""
+    folder = tmp_path_factory.mktemp("faulty")
+    once = folder / "once"
+    once.mkdir()
+    db = folder / "faulty.db"
+    result = _run_cli("run", "--db", db, "--backend", TESTS / "faulty_backend.py",
+                      "--ops", FAULTY_OPS, "--dtypes", "float32", "--samples", 2, "--no-timing",
+                      "--workers", 2, "--timeout", 30, "--passes", "forward", "--json",
+                      env={"FAULTY": json.dumps(dict(FAULTY_FAULTS, once_dir=str(once)))})
+    assert result.exit_code == 0, result.output
+    return {"db": str(db), "once": once, "result": result}
+
+
+@pytest.fixture(scope="session")
+def faulty_db(faulty_sweep):
+    """The faulty sweep's database path."""
+    return faulty_sweep["db"]
 
 
 # ---------------------------------------------------------------- older databases
@@ -192,10 +225,71 @@ def site_db(tmp_path_factory, fake_mps, fake_mps_db, cpu_db):
                 conn.execute(f"INSERT OR IGNORE INTO {table} SELECT * FROM other.{table}")
             conn.commit()
             conn.execute("DETACH DATABASE other")
+        # Relabelled as bare-metal Macs (this machine may be a VM: a macOS VM's runs are kept apart).
         conn.execute("UPDATE runs SET torch_version = ?, torch_version_key = ?, os_name = 'macOS',"
-                     " os_version = ? WHERE id = ?",
+                     " os_version = ?, virtualized = 0 WHERE id = ?",
                      [OLD_TORCH, version_key(OLD_TORCH), OLD_OS, old_run])
-        conn.execute("UPDATE runs SET os_name = 'macOS', os_version = '14.4' "
+        conn.execute("UPDATE runs SET os_name = 'macOS', os_version = '14.4', virtualized = 0 "
                      "WHERE device = 'fake-mps' AND id != ?", [old_run])
+    conn.close()
+    return str(path)
+
+
+# ---------------------------------------------------------------- small stores
+
+@pytest.fixture(scope="session")
+def small_store():
+    """small_store(path, n=40): an up-to-date mpsprobe DB with one complete run of
+    n results, written by the real writer and closed as a run closes it."""
+    def make(path, n=40):
+        import os
+        from mpsprobe.db import schema
+        from mpsprobe.db.writer import RunWriter
+        db = schema.open_db(path)
+        writer = RunWriter.start(db, "key", {"torch_version": "2.11.0", "device": "cpu",
+                                             "hostname": "elsewhere"}, {}, "0.1.0", os.getpid())
+        for i in range(n):
+            pair = {"op": f"op{i}", "dtype": "float32"}
+            writer.record(pair, 0, "f32[3]", {"status": "pass", "message": "x" * 500})
+            writer.pair_done(pair, 1)
+        writer.finish("complete", 1.0)
+        writer.close()
+        return Path(path)
+    return make
+
+
+# A string no page may ever show as markup.
+HOSTILE = "<script>alert(1)</script>"
+
+
+
+
+@pytest.fixture(scope="session")
+def extra_db(site_db, tmp_path_factory):
+    """The site's database plus what the walk must survive: an op with variants,
+    hostile strings in an op id, a message and a declared status, and declared
+    rows for the newest fake-MPS run's release and for a release never measured."""
+    path = tmp_path_factory.mktemp("extra") / "extra.db"
+    shutil.copy(site_db, path)
+    fake = _rows(site_db, "SELECT * FROM runs WHERE device = 'fake-mps' ORDER BY torch_version_key DESC")[0]
+    release = fake["torch_version"].split("+")[0]
+    conn = sqlite3.connect(path)
+    with conn:
+        for variant in ("nn.functional.interpolate.bilinear", "nn.functional.interpolate.nearest"):
+            conn.execute("INSERT INTO ops (id, name) VALUES (?, 'nn.functional.interpolate')", [variant])
+        conn.execute("INSERT INTO ops (id, name) VALUES (?, ?)", [HOSTILE, HOSTILE])
+        conn.execute("INSERT INTO cases (id, op_id, dtype, sample_index, sample) VALUES (?, ?, 'float32', 0, ?)",
+                     [HOSTILE + "|float32|0", HOSTILE, HOSTILE])
+        conn.execute("INSERT INTO results (run_id, case_id, op_id, dtype, status, message) "
+                     "VALUES (?, ?, ?, 'float32', 'error', ?)",
+                     [fake["id"], HOSTILE + "|float32|0", HOSTILE, HOSTILE])
+        conn.execute("UPDATE results SET message = ? WHERE rowid = (SELECT min(rowid) FROM results "
+                     "WHERE op_id = 'histc' AND message IS NOT NULL)", [HOSTILE + " histc failed"])
+        # Declared against what the fake backend does: add works, histc has no kernel.
+        declared = [(release, "add", "float16", "unsupported"), (release, "histc", "float32", "pass"),
+                    (release, "exp", "float32", HOSTILE), ("2.0.0", "add", "float32", "unsupported"),
+                    ("2.0.0", "zeta_only_declared", "float32", "pass")]
+        conn.executemany("INSERT INTO declared (torch_version, device, op_id, dtype, status, source, note) "
+                         "VALUES (?, 'mps', ?, ?, ?, 'test', NULL)", declared)
     conn.close()
     return str(path)

@@ -1,17 +1,30 @@
 """FAKE MPS: a test-only target that reproduces MPS's failure modes on the CPU.
 
-It is NOT a measurement of anything. It exists so the whole pipeline can be
-driven through every way a real MPS device fails, on machines without a Mac:
+It is NOT a measurement of anything, and it lives under tests/ only. It exists
+so the whole pipeline can be driven through every way a real MPS device fails,
+on machines without a Mac, with MPS's exact texts (see messages.py for where
+each comes from):
 
 - an op with no MPS kernel raises NotImplementedError with MPSFallback.mm's
-  text, or, with PYTORCH_ENABLE_MPS_FALLBACK=1, warns and runs on the CPU;
-- an op on MPSFallback.mm's explicit fallback list always warns and runs;
+  text (or torch 1.12's "is not current implemented", `wording: "1.12"`), or,
+  with PYTORCH_ENABLE_MPS_FALLBACK=1, warns and runs on the CPU. Like
+  MPSFallback.mm (a `static` read in TORCH_LIBRARY_IMPL), the switch is read
+  once, when the backend loads;
+- the ops MPSFallback.mm always sends to the CPU (FORCED_FALLBACK) warn and run;
   the warning is TORCH_WARN_ONCE: once per process, unless warn-always is on;
+- a simulated macOS (`macos: "13.5"`): below 14, bfloat16 and complex tensors
+  are refused when made on the device, and the kernels' own macOS-gated CPU
+  fallbacks warn in their own words (KERNEL_FALLBACKS);
 - float64 inputs are refused when moved to the device, as MPS does;
 - an op gives wrong numbers in one dtype;
+- an op aborts the process after printing what macOS or libc++ print first
+  (a Metal failed assertion, or an uncaught C++ exception naming the op);
+- an op hangs (always, or in the first process only); an op's error surfaces
+  only at synchronize; an op raises a given MPS text; an op exits the process;
+- an op runs out of memory, always or until the cache is emptied;
+- an op refuses its input as over MPS's limit of 16 dimensions (a size limit).
 - a backward kernel is missing (softplus_backward, as on MPS for years), and
-  another returns gradients off by a factor;
-- an op aborts the process (a hard crash); an op hangs.
+  another returns gradients off by a factor.
 
 Which aten op does what is set by the FAKE_MPS environment variable (JSON,
 keys as in DEFAULTS), so each test picks its own ops.
@@ -20,6 +33,7 @@ Use: mpsprobe run --backend tests/fake_mps.py --ops ...
 """
 import json
 import os
+import sys
 import time
 import warnings
 
@@ -39,19 +53,79 @@ NOT_IMPLEMENTED = (
     "in missing op as well as commit hash 0000000. As a temporary fix, you can set the "
     "environment variable `PYTORCH_ENABLE_MPS_FALLBACK=1` to use the CPU as a fallback for "
     "this op. WARNING: this will be slower than running natively on MPS.")
+NOT_IMPLEMENTED_1_12 = (
+    "The operator '{op}' is not current implemented for the MPS device. If you want this op to "
+    "be added in priority during the prototype phase of this feature, please comment on "
+    "https://github.com/pytorch/pytorch/issues/77764. As a temporary fix, you can set the "
+    "environment variable `PYTORCH_ENABLE_MPS_FALLBACK=1` to use the CPU as a fallback for "
+    "this op. WARNING: this will be slower than running natively on MPS.")
 FLOAT64_REFUSED = (
     "Cannot convert a MPS Tensor to float64 dtype as the MPS framework doesn't support "
     "float64. Please use float32 instead.")
+BFLOAT16_NEEDS_14 = "MPS BFloat16 is only supported on MacOS 14 or newer"
+COMPLEX_NEEDS_14 = "MPS complex types are only supported on MacOS 14.0 or newer."
+RANK_LIMIT = "MPS supports tensors with dimensions <= 16, but got {rank}."
+OUT_OF_MEMORY = (
+    "MPS backend out of memory (MPS allocated: 17.36 GB, other allocations: 613.56 MB, max "
+    "allowed: 18.13 GB). Tried to allocate 192.00 MB on private pool. Use "
+    "PYTORCH_MPS_HIGH_WATERMARK_RATIO=0.0 to disable upper limit for memory allocations "
+    "(may cause system failure).")
+# What an asynchronous failure looks like when it surfaces at torch.mps.synchronize().
+AT_SYNCHRONIZE = "[srcBuf length] > 0 INTERNAL ASSERT FAILED at \"aten/src/ATen/native/mps/OperationUtils.mm\""
+# What a dying process prints first (stderr), by kind of abort.
+ABORT_LINES = {
+    "assertion": ("/AppleInternal/Library/BuildRoots/0/Library/Caches/com.apple.xbs/Sources/"
+                  "MetalPerformanceShaders/MPSCore/Types/MPSNDArray.mm:124: failed assertion "
+                  "`[MPSNDArrayDescriptor sliceDimension:withSubrange:] error: subRange.start (6) is "
+                  "not less than length of dimension[0] (6)'"),
+    "ndarray": ("/AppleInternal/Library/BuildRoots/0/Library/Caches/com.apple.xbs/Sources/"
+                "MetalPerformanceShaders/MPSCore/Types/MPSNDArray.mm:850: failed assertion "
+                "`[MPSNDArray initWithDevice:descriptor:isTextureBacked:] Error: total bytes of NDArray > 2**32'"),
+    "uncaught": ("libc++abi: terminating due to uncaught exception of type c10::NotImplementedError: "
+                 + NOT_IMPLEMENTED),
+    "plain": None,
+}
+
+# MPSFallback.mm's `TORCH_LIBRARY_IMPL(aten, MPS, m)`: the ops that always run on
+# the CPU (as on PyTorch's main branch), named as its warning names them.
+FORCED_FALLBACK = ("aten::embedding_renorm_", "aten::linalg_svd", "aten::linalg_svd.U", "aten::col2im",
+                   "aten::upsample_nearest3d.vec")
+# A dispatch mode sees composite ops after they decompose: the names it sees for the listed ones.
+_DECOMPOSED = {"aten::_linalg_svd": "aten::linalg_svd", "aten::upsample_nearest3d": "aten::upsample_nearest3d.vec"}
+
+_FALLING_BACK = "Falling back on CPU. This may have performance implications."
+# Kernels that fall back to the CPU on their own below a macOS version, in their own words
+# (torch 2.6's nonzero; torch 2.0-2.3 for the others). The upsample text names no op.
+KERNEL_FALLBACKS = {
+    "aten::nonzero": ("14.0", "MPS: nonzero op is supported natively starting from macOS 14.0. " + _FALLING_BACK),
+    "aten::median": ("13.0", "MPS: median op is supported natively starting from macOS 13.0. " + _FALLING_BACK),
+    "aten::cumsum": ("13.0", "torch.cumsum supported by MPS on MacOS 13+, please upgrade"),
+    "aten::upsample_bilinear2d": ("13.0", "MPS: passing scale factor to upsample ops is supported natively "
+                                          "starting from macOS 13.0. " + _FALLING_BACK),
+}
 
 DEFAULTS = {
     "not_implemented": ["aten::histc", "aten::softplus_backward"],  # like ops MPS has no kernel for
-    "fallback": ["aten::bitwise_and.Tensor"],    # like MPSFallback.mm's explicit list
+    "fallback": list(FORCED_FALLBACK),           # MPSFallback.mm's explicit list
     "wrong": {"aten::exp": "float16"},           # native, but wrong numbers in this dtype
     "scaled": {"aten::sigmoid_backward": 2.0},   # native, but every value off by this factor
-    "abort": ["aten::erfinv"],
+    "abort": {"aten::erfinv": "assertion"},      # op -> what it prints first (ABORT_LINES)
     "hang": ["aten::lgamma"],
+    "hang_once": [],                             # ops that hang in the first process only (marker file
+    "state_dir": None,                           #   in state_dir): the device is free again after the kill
+    "exit": [],                                  # ops that end the process with os._exit(3)
+    "raise": {},                                 # op -> an MPS text it raises as a RuntimeError
     "refuse_float64": True,
+    "macos": None,                               # e.g. "13.5": refusals and fallbacks of that macOS
+    "wording": None,                             # "1.12": torch 1.12's not-implemented text
+    "sync_error": [],                            # ops whose error surfaces at synchronize only
+    "out_of_memory": [],                         # ops that always run out of memory
+    "out_of_memory_once": [],                    # ops that run out of memory until the cache is emptied after
+    "rank_limit": [],                            # ops that refuse inputs of any rank (as if > 16)
 }
+
+# Read once, when the backend loads, as MPSFallback.mm does.
+FALLBACK_ENABLED = os.environ.get("PYTORCH_ENABLE_MPS_FALLBACK", "0") not in ("", "0")
 
 # TORCH_WARN_ONCE keeps one flag for the whole fallback function: after the
 # first fallback of any op, a process says nothing more unless warn-always is on.
@@ -61,7 +135,19 @@ _warned_once = False
 def _config():
     config = dict(DEFAULTS)
     config.update(json.loads(os.environ.get("FAKE_MPS", "{}")))
+    if isinstance(config["abort"], list):
+        config["abort"] = {op: "assertion" for op in config["abort"]}
     return config
+
+
+def _macos(config):
+    version = config.get("macos")
+    return tuple(int(x) for x in str(version).split(".")) if version else None
+
+
+def _below(config, version):
+    current = _macos(config)
+    return current is not None and current < tuple(int(x) for x in version.split("."))
 
 
 def _tensor_dtypes(args, kwargs):
@@ -69,32 +155,76 @@ def _tensor_dtypes(args, kwargs):
     return {x.dtype for x in leaves if isinstance(x, torch.Tensor)}
 
 
+def _abort(kind, name):
+    line = ABORT_LINES[kind]
+    if line:
+        sys.stderr.write(line.format(op=name) + "\n")
+        sys.stderr.flush()
+    os.abort()
+
+
 class FakeMPSMode(TorchDispatchMode):
-    def __init__(self, config):
+    def __init__(self, config, state=None):
         super().__init__()
         self.config = config
+        self.state = state if state is not None else {}
+
+    def _device_rules(self, name, args, kwargs):
+        """What MPS refuses when a tensor is made on or moved to it."""
+        if name not in ("aten::_to_copy", "aten::empty_strided", "aten::copy_", "aten::empty.memory_format"):
+            return
+        dtypes = _tensor_dtypes(args, kwargs) | {kwargs.get("dtype")}
+        if self.config["refuse_float64"] and torch.float64 in dtypes:
+            raise TypeError(FLOAT64_REFUSED)
+        if _below(self.config, "14.0"):
+            if torch.bfloat16 in dtypes:
+                raise RuntimeError(BFLOAT16_NEEDS_14)
+            if any(d is not None and d.is_complex for d in dtypes):
+                raise TypeError(COMPLEX_NEEDS_14)
+
+    def _first_time(self, name):
+        marker = os.path.join(self.config["state_dir"], name.replace(":", "_") + ".hung")
+        if os.path.exists(marker):
+            return False
+        open(marker, "w").close()
+        return True
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         global _warned_once
         kwargs = kwargs or {}
         name = aten_name(func)
         config = self.config
-        if config["refuse_float64"] and name in ("aten::_to_copy", "aten::empty_strided", "aten::copy_"):
-            if torch.float64 in _tensor_dtypes(args, kwargs) or kwargs.get("dtype") == torch.float64:
-                raise TypeError(FLOAT64_REFUSED)
+        self._device_rules(name, args, kwargs)
         if name in config["abort"]:
-            os.abort()
-        if name in config["hang"]:
+            _abort(config["abort"][name], name)
+        if name in config["hang"] or (name in config["hang_once"] and self._first_time(name)):
             while True:
                 time.sleep(3600)
-        falls_back = name in config["fallback"]
+        if name in config["exit"]:
+            os._exit(3)
+        if name in config["raise"]:
+            raise RuntimeError(config["raise"][name])
+        if name in config["out_of_memory"]:
+            raise RuntimeError(OUT_OF_MEMORY)
+        if name in config["out_of_memory_once"] and not self.state.get("freed"):
+            self.state["full"] = True
+            raise RuntimeError(OUT_OF_MEMORY)
+        if name in config["rank_limit"]:
+            raise RuntimeError(RANK_LIMIT.format(rank=17))
+        falls_back = _DECOMPOSED.get(name, name) in config["fallback"]
         if name in config["not_implemented"]:
-            if os.environ.get("PYTORCH_ENABLE_MPS_FALLBACK", "0") in ("", "0"):
-                raise NotImplementedError(NOT_IMPLEMENTED.format(op=name))
+            if not FALLBACK_ENABLED:
+                text = NOT_IMPLEMENTED_1_12 if config.get("wording") == "1.12" else NOT_IMPLEMENTED
+                raise NotImplementedError(text.format(op=name))
             falls_back = True
         if falls_back and (torch.is_warn_always_enabled() or not _warned_once):
             _warned_once = True
-            warnings.warn(FALLBACK_WARNING.format(op=name), UserWarning)
+            warnings.warn(FALLBACK_WARNING.format(op=_DECOMPOSED.get(name, name)), UserWarning)
+        gate = KERNEL_FALLBACKS.get(name)
+        if gate and _below(config, gate[0]):
+            warnings.warn(gate[1], UserWarning)
+        if name in config["sync_error"]:
+            self.state["pending_error"] = AT_SYNCHRONIZE
         out = func(*args, **kwargs)
         wrong_dtype = config["wrong"].get(name)
         if wrong_dtype and isinstance(out, torch.Tensor) and str(out.dtype) == f"torch.{wrong_dtype}":
@@ -112,13 +242,24 @@ class FakeMPS(Target):
         super().__init__("cpu")
         self.name = "fake-mps"
         self.config = _config()
+        self.state = {}
 
     @property
     def device_name(self):
         return "FAKE MPS (test backend on the CPU)"
 
     def context(self):
-        return FakeMPSMode(self.config)
+        return FakeMPSMode(self.config, self.state)
+
+    def synchronize(self):
+        error = self.state.pop("pending_error", None)
+        if error:
+            raise RuntimeError(error)
+
+    def empty_cache(self):
+        # Frees what an out-of-memory op was short of: it runs once the cache is emptied after it failed.
+        if self.state.get("full"):
+            self.state["freed"] = True
 
 
 def make_target():

@@ -26,11 +26,12 @@ def test_not_implemented_is_unsupported_with_the_aten_op(fake_mps_db, rows):
 
 
 def test_fallback_is_seen_on_every_case_despite_warn_once(fake_mps_db, rows):
-    found = rows(fake_mps_db, "SELECT * FROM results WHERE op_id = 'bitwise_and'")
+    # linalg_svd is on MPSFallback.mm's list of ops that always run on the CPU.
+    found = rows(fake_mps_db, "SELECT * FROM results WHERE op_id = 'linalg.svd' AND dtype = 'float32'")
     assert len(found) >= 2  # several cases in one worker: TORCH_WARN_ONCE must not hide any
     for r in found:
-        assert r["status"] == "fallback"
-        assert json.loads(r["fallback_ops"]) == ["aten::bitwise_and.Tensor"]
+        assert r["status"] == "fallback" and r["reason_kind"] == "cpu_fallback"
+        assert json.loads(r["fallback_ops"]) == ["aten::linalg_svd"] and r["aten_op"] == "aten::linalg_svd"
 
 
 def test_wrong_numbers_in_one_dtype_only(fake_mps_db, rows, statuses):
@@ -66,7 +67,7 @@ def test_every_status_rolls_up_per_op_and_dtype(fake_mps_db, rows):
     rolled = {(r["op_id"], r["dtype"]): r["status"]
               for r in rows(fake_mps_db, "SELECT * FROM op_dtype_status")}
     assert rolled[("histc", "float32")] == "unsupported"
-    assert rolled[("bitwise_and", "int32")] == "fallback"
+    assert rolled[("linalg.svd", "float32")] == "fallback"
     assert rolled[("exp", "float16")] == "mismatch"
     assert rolled[("erfinv", "float32")] == "crash"
     assert rolled[("lgamma", "float32")] == "timeout"
@@ -109,3 +110,32 @@ def test_the_fake_warns_once_per_process_like_torch_warn_once():
         assert str(caught[0].message) == fake_backend.FALLBACK_WARNING.format(op="aten::bitwise_and.Tensor")
     finally:
         torch.set_warn_always(previous)
+
+
+def test_the_fake_reads_the_fallback_switch_once_like_mpsfallback_mm(monkeypatch):
+    monkeypatch.setenv("PYTORCH_ENABLE_MPS_FALLBACK", "1")  # too late: read when the backend loaded
+    config = dict(fake_backend.DEFAULTS, not_implemented=["aten::histc"])
+    with fake_backend.FakeMPSMode(config):
+        try:
+            torch.histc(torch.ones(3), bins=2)
+        except NotImplementedError as e:
+            refused = str(e)
+    assert not fake_backend.FALLBACK_ENABLED and refused.startswith("The operator 'aten::histc' is not currently")
+
+
+def test_a_simulated_macos_13_refuses_bfloat16_and_complex_and_falls_back_in_kernels():
+    config = dict(fake_backend.DEFAULTS, macos="13.6")
+    for dtype, text in ((torch.bfloat16, fake_backend.BFLOAT16_NEEDS_14), (torch.complex64, fake_backend.COMPLEX_NEEDS_14)):
+        try:
+            with fake_backend.FakeMPSMode(config):
+                torch.ones(2).to(dtype)
+            raise AssertionError("not refused")
+        except (RuntimeError, TypeError) as e:
+            assert str(e) == text
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with fake_backend.FakeMPSMode(config):
+            torch.nonzero(torch.ones(2))     # native from macOS 14: falls back on 13.6
+            torch.median(torch.ones(3))      # native from macOS 13: runs natively on 13.6
+    assert [str(w.message) for w in caught] == [fake_backend.KERNEL_FALLBACKS["aten::nonzero"][1]]
+

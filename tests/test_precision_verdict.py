@@ -58,7 +58,7 @@ def test_eval_batch_norm_with_saved_statistics_passes_with_a_note():
     sample = SampleInput(x, args=(torch.ones(3), torch.zeros(3), mean, var, False, 0.1, 1e-5))
     result = _run("tf32", "native_batch_norm", torch.native_batch_norm, sample)
     assert result["status"] == PASS, result["reason"]
-    assert any("save_mean (auxiliary)" in note and "one side only" in note for note in result["notes"])
+    assert any("save_mean (auxiliary)" in note and "one side only" in note for note in result["notes"]["verdict"])
 
 
 def test_ops_outside_the_modes_reach_are_judged_as_usual():

@@ -8,8 +8,9 @@ import pytest
 from mpsprobe.engine.sweep import SweepError, in_shard, parse_shard
 
 
-# pass, fallback, mismatch and unsupported on the fake backend; both shards non-empty.
-OPS = "histc,bitwise_and,exp,add"
+# pass, fallback (linalg_svd: MPSFallback.mm's list), mismatch and unsupported on the
+# fake backend; both shards non-empty.
+OPS = "histc,linalg.svd,exp,add"
 DTYPES = "float16,float32,int32"
 PAIRS = [{"op": op, "dtype": d} for op in OPS.split(",") for d in DTYPES.split(",")]
 

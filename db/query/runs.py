@@ -8,8 +8,11 @@ one documented default:
 2. not a model replay (`check --run`, source 'model') unless asked for;
 3. the target device first: MPS, then any other accelerator, the CPU last
    (a CPU run only calibrates the probe);
-4. then the newest torch version (compared as versions, not strings);
-5. then the newest run.
+4. bare metal before a macOS virtual machine (a GitHub-hosted runner is one:
+   about 1 GB for MPS, outputs unlike a real Mac's), so a VM answers only
+   when nothing else does, and says so (`describe`);
+5. then the newest torch version (compared as versions, not strings);
+6. then the newest run.
 
 Filters narrow the candidates first: a torch version prefix ("2.5" matches
 "2.5.1+cpu"), a macOS or any OS version prefix, a device ("cuda" matches
@@ -32,16 +35,37 @@ def device_rank(device):
     return 0 if kind == "mps" else 2 if kind == "cpu" else 1
 
 
+# What kind of machine a run was measured on. Roll-ups keep the kinds apart:
+# a macOS virtual machine's results are never pooled with bare metal's. Its
+# MPS is a paravirtualised GPU (about 1 GB, outputs unlike a real Mac's); a
+# Linux VM's passed-through GPU is the hardware itself, so it counts as bare.
+BARE_METAL, VIRTUAL_MACHINE = "bare metal", "virtual machine"
+
+
+def machine_kind(run):
+    """VIRTUAL_MACHINE for a macOS run recorded as virtualised, else BARE_METAL (unknown counts as bare)."""
+    virtual = run.get("virtualized") == 1 and run.get("os_name") == "macOS"
+    return VIRTUAL_MACHINE if virtual else BARE_METAL
+
+
+def machine_kind_sql(alias="runs"):
+    """The same label as an SQL expression over a runs row, for views and queries to group by."""
+    return (f"CASE WHEN {alias}.virtualized = 1 AND {alias}.os_name = 'macOS' "
+            f"THEN '{VIRTUAL_MACHINE}' ELSE '{BARE_METAL}' END")
+
+
 def list_runs(conn, with_results_only=False):
-    """Every run, best first by the default order, each with n_results."""
+    """Every run, best first by the default order, each with has_results (1 or 0:
+    an index probe, not a count, so a page listing runs stays fast)."""
     found = rows(conn, """
-        SELECT runs.*, (SELECT count(*) FROM results WHERE run_id = runs.id) AS n_results
+        SELECT runs.*, EXISTS (SELECT 1 FROM results WHERE run_id = runs.id) AS has_results
         FROM runs""")
     if with_results_only:
-        found = [r for r in found if r["n_results"]]
+        found = [r for r in found if r["has_results"]]
     # Stable sorts, last key first: newest run, newest torch, then the device's rank.
     found.sort(key=lambda r: r.get("started") or "", reverse=True)
     found.sort(key=lambda r: r.get("torch_version_key") or "", reverse=True)
+    found.sort(key=lambda r: machine_kind(r) == VIRTUAL_MACHINE)
     found.sort(key=lambda r: device_rank(r.get("device")))
     return found
 
@@ -54,11 +78,13 @@ def _device_match(run, device):
 
 def describe(run):
     where = f"{run.get('os_name') or ''} {run.get('os_version') or ''}".strip()
+    if machine_kind(run) == VIRTUAL_MACHINE:
+        where = f"{where} ({VIRTUAL_MACHINE})".strip()
     return f"{run['device']}, torch {run['torch_version']}, {where}".strip(", ")
 
 
 def pick_run(conn, run_id=None, torch=None, macos=None, os=None, device=None, source=None):
-    """The run to answer from, as a dict (a runs-table row and n_results). Raises RunNotFound."""
+    """The run to answer from, as a dict (a runs-table row and has_results). Raises RunNotFound."""
     every = list_runs(conn)
     if run_id:
         found = [r for r in every if r["id"] == run_id] or \
@@ -67,7 +93,7 @@ def pick_run(conn, run_id=None, torch=None, macos=None, os=None, device=None, so
             raise RunNotFound(f"no run {run_id!r} in the database" if not found
                               else f"run id {run_id!r} is ambiguous: give more of it")
         return found[0]
-    measured = [r for r in every if r["n_results"]]
+    measured = [r for r in every if r["has_results"]]
     if not measured:
         raise RunNotFound("the database holds no probe results: run `mpsprobe run` first")
     wanted = [r for r in measured

@@ -14,9 +14,20 @@ A declaration predicts one status per (op, dtype): `pass` (declared to work),
 `unsupported` (not implemented, or a dtype the device lacks), `mismatch`
 (runs, numbers undefined or wrong), `error` (declared to fail otherwise),
 `skip` (the test is skipped: no prediction).
+
+An op that a release does not have at all (presence.py: absent from a
+wheel's native_functions.yaml or Python module) is declared `unsupported`
+for every dtype, its note saying "not in this release", rather than left
+without rows: the matrix of a release then covers every op of the list, a
+blank cell keeps meaning "nothing declared", and a run of that release,
+where calling the op fails, agrees with its declaration instead of showing
+up as an undeclared failure. It is never `pass`.
+
+MPS kernels registered from Python (python_kernels.py) count as MPS kernels
+of declared_kernels: has_mps is set, and dispatch_keys says where they come from.
 """
 from mpsprobe.vocabulary import ERROR, MISMATCH, PASS, SKIP, UNSUPPORTED
-from . import common_mps, native_functions
+from . import common_mps, native_functions, presence, python_kernels
 from .common_mps import SKIP_DECORATOR
 from mpsprobe.ops.opinfo import dtype_name, op_key, reference_dtypes
 
@@ -53,18 +64,25 @@ def _explain(decorator, source):
     return f"{verb}: listed in {source}"
 
 
-def mps_rows(torch_version, expectations, opinfos, mps_dtypes=None):
+def mps_rows(torch_version, expectations, opinfos, mps_dtypes=None, release=None):
     """One declared row per (OpInfo op, dtype it supports on the CPU).
 
     `expectations`: a common_mps.Expectations, or None when the version has no
     common_mps.py. `mps_dtypes`: {op id: set of dtype names} that OpInfo
     declares for MPS (only known for the installed torch), or None.
+    `release`: a presence.Release, to declare the ops it lacks absent.
     """
     rows = []
     for o in opinfos:
         op_id = op_key(o)
         key = o.name + (getattr(o, "variant_test_name", "") or "")
         dtypes = [dtype_name(d) for d in reference_dtypes(o)]
+        gone = release.absent(o) if release else None
+        if gone:
+            rows += [{"torch_version": torch_version, "device": "mps", "op_id": op_id,
+                      "dtype": dtype, "status": UNSUPPORTED, "source": gone[0], "note": gone[1]}
+                     for dtype in dtypes]
+            continue
         predicted = expectations.predict(key, dtypes) if expectations else {d: [] for d in dtypes}
         for dtype in dtypes:
             matches = predicted[dtype]
@@ -134,11 +152,20 @@ def entry_rows(torch_version, expectations, index):
     return rows
 
 
-def kernel_rows(torch_version, functions):
-    return [{"torch_version": torch_version, "aten_name": f["aten_name"], "name": f["name"],
-             "overload": f["overload"], "has_mps": int(f["has_mps"]),
-             "composite": f["composite"], "dispatch_keys": f["dispatch_keys"],
-             "structured_delegate": f["structured_delegate"]} for f in functions]
+def kernel_rows(torch_version, functions, python_mps=None):
+    """Rows of declared_kernels; `python_mps` ({aten name: "file:line"}) adds
+    the MPS kernels registered from Python to the functions they name."""
+    python_mps = python_mps or {}
+    rows = []
+    for f in functions:
+        keys, where = f["dispatch_keys"], python_mps.get(f["aten_name"])
+        if where:
+            keys = ", ".join(k for k in (keys, f"MPS (torch.library, {where})") if k)
+        rows.append({"torch_version": torch_version, "aten_name": f["aten_name"],
+                     "name": f["name"], "overload": f["overload"],
+                     "has_mps": int(f["has_mps"] or bool(where)), "composite": f["composite"],
+                     "dispatch_keys": keys, "structured_delegate": f["structured_delegate"]})
+    return rows
 
 
 def parse_kernels(text):
@@ -163,22 +190,30 @@ class Reading:
         return sum(len(rows) for rows in self.tables.values())
 
 
-def read_mps(files, opinfos, macos, mps_dtypes=None):
+def read_mps(files, opinfos, macos, mps_dtypes=None, known_names=None):
     """Readings of native_functions.yaml and common_mps.py of one torch (a wheel's or ours).
 
     A source that is missing or unreadable becomes a Reading with an error;
-    the other is still read.
+    the other is still read. `known_names`: base names of the aten functions
+    in the yaml of the torch whose OpInfo list `opinfos` is; with the
+    release's yaml, they tell which ops the release lacks (presence.py).
     """
     version, origin = files.torch_version, files.origin
-    readings = []
+    readings, release = [], None
     if files.native_functions is None:
         readings.append(Reading(version, "mps", "native_functions.yaml", origin,
                                 error=files.missing("native_functions.yaml")))
     else:
         try:
-            kernels = kernel_rows(version, parse_kernels(files.native_functions))
-            readings.append(Reading(version, "mps", "native_functions.yaml", origin,
-                                    {"declared_kernels": kernels}))
+            functions = parse_kernels(files.native_functions)
+            python_mps = python_kernels.mps_kernels(files.python)
+            reading = Reading(version, "mps", "native_functions.yaml", origin,
+                              {"declared_kernels": kernel_rows(version, functions, python_mps)})
+            reading.python_kernels = sorted(python_mps)
+            readings.append(reading)
+            if known_names is not None:
+                release = presence.Release(version, {f["name"] for f in functions},
+                                           files.python, known_names)
         except native_functions.NativeFunctionsError as e:
             readings.append(Reading(version, "mps", "native_functions.yaml", origin, error=str(e)))
     if files.common_mps is None:
@@ -191,7 +226,7 @@ def read_mps(files, opinfos, macos, mps_dtypes=None):
     except common_mps.CommonMpsError as e:
         readings.append(Reading(version, "mps", "common_mps.py", origin, error=str(e)))
         return readings
-    rows = mps_rows(version, expectations, opinfos, mps_dtypes)
+    rows = mps_rows(version, expectations, opinfos, mps_dtypes, release)
     entries = entry_rows(version, expectations, key_index(opinfos))
     reading = Reading(version, "mps", "common_mps.py", origin,
                       {"declared": rows, "declared_entries": entries})

@@ -5,10 +5,11 @@ the torch files (installed, wheels, a loose common_mps.py), read each into
 rows (predict.py), add OpInfo's CUDA dtypes when asked. Nothing here writes;
 the store records the readings (mpsprobe.db.writer).
 """
+import functools
 from collections import Counter
 
 from mpsprobe.errors import MpsprobeError
-from . import predict, wheel
+from . import predict, presence, wheel
 
 
 class DeclaredError(MpsprobeError):
@@ -41,17 +42,27 @@ class Sources:
                                 "--opinfo-cuda")
 
 
-def read(sources):
-    """The Readings of `sources` (a Sources), each with the options it was read under."""
+@functools.lru_cache(maxsize=1)
+def known_aten_names():
+    """Base names of the installed torch's aten functions: those our OpInfo list can call."""
+    text = wheel.installed().native_functions
+    return frozenset(f["name"] for f in predict.parse_kernels(text)) if text else None
+
+
+def read(sources, opinfos=None):
+    """The Readings of `sources` (a Sources), each with the options it was read under.
+
+    `opinfos`: the OpInfo list, when the caller has it loaded already.
+    """
     import torch
     from mpsprobe.ops.opinfo import load_op_db
-    opinfos = load_op_db()
+    opinfos = load_op_db() if opinfos is None else opinfos
     installed_version = (wheel.installed().torch_version
                          if (sources.installed or sources.opinfo_cuda) else None)
     readings = []
     for files in sources.files:
         mps_dtypes = predict.opinfo_dtypes(opinfos, "mps") if files.origin == "installed" else None
-        found = predict.read_mps(files, opinfos, sources.macos, mps_dtypes)
+        found = predict.read_mps(files, opinfos, sources.macos, mps_dtypes, known_aten_names())
         if files.origin == sources.common_mps:      # a loose file: no yaml was asked for
             found = [r for r in found if r.source != "native_functions.yaml"]
         readings += found
@@ -73,4 +84,8 @@ def summarize(r):
     if "declared" in r.tables:
         item["statuses"] = dict(Counter(x["status"] for x in r.tables["declared"]))
         item["ops"] = len({x["op_id"] for x in r.tables["declared"]})
+        item["absent_ops"] = len({x["op_id"] for x in r.tables["declared"]
+                                  if x["note"].startswith(presence.ABSENT)})
+    if hasattr(r, "python_kernels"):
+        item["python_mps_kernels"] = r.python_kernels
     return item

@@ -7,9 +7,10 @@ other than the installed one cost one download each.
 import email.parser
 import os
 import zipfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from mpsprobe.errors import MpsprobeError
+from . import presence, python_kernels
 
 NATIVE_FUNCTIONS = "torchgen/packaged/ATen/native/native_functions.yaml"
 COMMON_MPS = "torch/testing/_internal/common_mps.py"
@@ -26,10 +27,19 @@ class TorchFiles:
     origin: str                  # "installed" or the wheel's file name
     native_functions: str = None
     common_mps: str = None
+    # {member: text} of the Python files read as data: torch.library MPS
+    # registrations (python_kernels.py) and the modules that define Python ops
+    # (presence.py).
+    python: dict = field(default_factory=dict)
 
     def missing(self, member):
         where = "the installed torch" if self.origin == "installed" else self.origin
         return f"{where} (torch {self.torch_version}) has no {member}"
+
+
+def wanted_python(member):
+    """Whether a member of torch is one of the Python files the declarations read."""
+    return python_kernels.is_registration_file(member) or member in presence.PYTHON_MODULES
 
 
 def _read(path):
@@ -55,7 +65,19 @@ def installed():
         path = os.path.join(root, member)
         if os.path.exists(path):
             setattr(files, attr, _read(path))
+        if package == "torch":
+            files.python = _installed_python(root)
     return files
+
+
+def _installed_python(root):
+    members = list(presence.PYTHON_MODULES)
+    for folder in python_kernels.REGISTRATION_DIRS:
+        for where, _, names in os.walk(os.path.join(root, folder)):
+            members += [os.path.relpath(os.path.join(where, n), root).replace(os.sep, "/")
+                        for n in names]
+    return {m: _read(os.path.join(root, m)) for m in members
+            if wanted_python(m) and os.path.isfile(os.path.join(root, m))}
 
 
 def wheel_version(archive, path):
@@ -85,4 +107,6 @@ def from_wheel(path):
         for attr, member in (("native_functions", NATIVE_FUNCTIONS), ("common_mps", COMMON_MPS)):
             if member in names:
                 setattr(files, attr, archive.read(member).decode("utf-8"))
+        files.python = {member: archive.read(member).decode("utf-8", "replace")
+                        for member in names if wanted_python(member)}
     return files

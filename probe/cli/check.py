@@ -29,6 +29,9 @@ DTYPES = ("float32", "float16", "bfloat16", "float64")
 @click.option("--run", "measure", is_flag=True,
               help="Replay the model's calls on the target here and record them (needs the device).")
 @click.option("--timing/--no-timing", default=True, show_default=True, help="Time calls with --run.")
+@click.option("--batch", "batches", default=None,
+              help="With --run: also time one whole step per batch size, like 1,2,4,8,16,32,64, "
+                   "on the CPU and the target (throughput and the crossover batch).")
 @click.option("--strict-precision", is_flag=True,
               help="With --run: turn the device's reduced-precision modes (TF32, MPS fast math) off.")
 @click.option("--backend", default=None, hidden=True,
@@ -40,7 +43,7 @@ DTYPES = ("float32", "float16", "bfloat16", "float64")
               help="Write the captured op list as JSON (for the site's check page).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 def check(model, input_shape, train, optimizer, dtype, db_path, torch_version, macos, device,
-          run_id, measure, timing, strict_precision, backend, fail_on, export_path, as_json):
+          run_id, measure, timing, batches, strict_precision, backend, fail_on, export_path, as_json):
     """Will MODEL run on MPS? Capture its aten ops on the CPU and answer from the database.
 
     MODEL is a .py file defining build() -> (model, example_inputs[, loss]),
@@ -53,13 +56,14 @@ def check(model, input_shape, train, optimizer, dtype, db_path, torch_version, m
         mpsprobe check torchvision:resnet50 --input 1,3,224,224
         mpsprobe check my_model.py --train --dtype float16 --torch 2.5 --macos 14 --json
         mpsprobe check my_model.py --run --device mps --db mine.db
+        mpsprobe check benchmarks/models/resnet50.py --run --batch 1,2,4,8,16,32,64
     """
     import mpsprobe
     from mpsprobe.modelcheck.report import format_report
     report = mpsprobe.check_model(
         model, db=db_path, input_shape=input_shape, train=train, optimizer=optimizer,
         dtype=dtype, run=measure, device=device, backend=backend, timing=timing,
-        torch=torch_version, macos=macos, run_id=run_id, export=export_path,
+        torch=torch_version, macos=macos, run_id=run_id, export=export_path, batches=batches,
         strict_precision=strict_precision, say=lambda text: click.echo(text, err=True))
     if as_json:
         click.echo(output.as_json(report.to_json(fail_on)))

@@ -1,7 +1,10 @@
 """`mpsprobe declared`: record what PyTorch declares about MPS (and CUDA), beside what we measure."""
+import sys
+import time
+
 import click
 
-from mpsprobe.cli import output
+from mpsprobe.cli import UserError, output
 
 
 @click.command()
@@ -18,8 +21,16 @@ from mpsprobe.cli import output
               help="Also record OpInfo's CUDA dtype declarations (device 'cuda'), from the installed torch.")
 @click.option("--macos", default=26.0, show_default=True, type=float,
               help="The macOS version whose gated expectations apply.")
+@click.option("--versions", "versions", default=None, metavar="RANGE",
+              help="Download and record these releases' macOS arm64 wheels: 2.0..2.13 (each "
+                   "minor's latest patch), 2.8.0, or a comma-separated list.")
+@click.option("--cache-dir", default=None, envvar="MPSPROBE_WHEEL_CACHE",
+              type=click.Path(file_okay=False),
+              help="Where --versions keeps downloaded wheels [default: ~/.cache/mpsprobe/wheels; "
+                   "env MPSPROBE_WHEEL_CACHE].")
 @click.option("--json", "as_json", is_flag=True, help="Print a machine-readable summary.")
-def declared(db_path, wheels, installed, common_mps_file, torch_version, opinfo_cuda, macos, as_json):
+def declared(db_path, wheels, installed, common_mps_file, torch_version, opinfo_cuda, macos,
+             versions, cache_dir, as_json):
     """Record what PyTorch declares about MPS (and CUDA), without the device.
 
     Reads, from the installed torch or from wheel files (any platform, never
@@ -34,9 +45,19 @@ def declared(db_path, wheels, installed, common_mps_file, torch_version, opinfo_
         mpsprobe declared --db mps.db
         mpsprobe declared --db mps.db --wheel torch-2.10.0-cp311-none-macosx_11_0_arm64.whl
         mpsprobe declared --db cuda.db --opinfo-cuda
+        mpsprobe declared --db history.db --versions 2.0..2.13
+
+    With --versions, each release's wheel is downloaded once (pip, ~70 MB) and
+    cached; a release that cannot be downloaded or read is reported on its
+    line and the others are still recorded (exit 0 when at least one is).
     """
     import mpsprobe
     from mpsprobe.ops.declared.reading import DeclaredError
+    if versions is not None:
+        if wheels or common_mps_file or torch_version or installed or opinfo_cuda:
+            raise UserError("--versions reads downloaded wheels only: leave out --wheel, "
+                            "--common-mps, --torch-version, --installed and --opinfo-cuda")
+        return _history(db_path, versions, cache_dir, macos, as_json)
     failed = None
     try:
         summary = mpsprobe.record_declared(db_path, wheels=wheels, installed=installed,
@@ -48,5 +69,28 @@ def declared(db_path, wheels, installed, common_mps_file, torch_version, opinfo_
         click.echo(output.as_json({"db": db_path, "readings": summary}))
     else:
         click.echo("\n".join(output.declared_summary(summary, db_path)))
+    if failed:
+        raise failed
+
+
+def _history(db_path, versions, cache_dir, macos, as_json):
+    import mpsprobe
+    from mpsprobe.ops.declared import history
+    from mpsprobe.ops.declared.reading import DeclaredError
+    n = len(history.parse_range(versions))       # a malformed range fails here, before any work
+    started, failed = time.monotonic(), None
+    with click.progressbar(length=n, label="torch releases", file=sys.stderr,
+                           item_show_func=lambda item: item and f"{item['asked']} done") as bar:
+        try:
+            results = mpsprobe.record_declared_history(
+                db_path, versions, cache_dir, macos=macos,
+                on_version=lambda item: bar.update(1, item))
+        except DeclaredError as e:
+            results, failed = e.summary, e
+    if as_json:
+        click.echo(output.as_json({"db": db_path, "releases": results}))
+    else:
+        click.echo("\n".join(output.declared_history(results, db_path,
+                                                      time.monotonic() - started)))
     if failed:
         raise failed

@@ -7,6 +7,8 @@ suite reproduces MPS's failure modes on machines without a Mac).
 import contextlib
 import importlib.util
 import os
+import threading
+import time
 
 import torch
 
@@ -31,7 +33,8 @@ class Target:
         if kind == "cuda":
             return torch.cuda.get_device_name(self.torch_device)
         if kind == "mps":
-            return "Apple MPS"
+            from .environment import mac_gpu_name
+            return mac_gpu_name()
         return "CPU"
 
     def synchronize(self):
@@ -40,6 +43,57 @@ class Target:
             torch.cuda.synchronize(self.torch_device)
         elif kind == "mps":
             torch.mps.synchronize()
+
+    def empty_cache(self):
+        """Give the device allocator's cached blocks back (before retrying out of memory, between pairs)."""
+        kind = self.torch_device.type
+        if kind == "cuda":
+            torch.cuda.empty_cache()
+        elif kind == "mps":
+            torch.mps.empty_cache()
+
+    def memory(self):
+        """Device memory now, in bytes, as a dict for a result's notes ({} where the device has no counters).
+
+        MPS: what tensors hold (`current_allocated`) and what the Metal driver
+        holds for the process (`driver_allocated`). MPS keeps no peak counter,
+        so `peak_allocated` there is the highest `current_allocated` seen at the
+        points the case was measured; CUDA's is its own peak since the last reset.
+        """
+        kind = self.torch_device.type
+        if kind == "mps":
+            current = torch.mps.current_allocated_memory()
+            return {"current_allocated": current, "driver_allocated": torch.mps.driver_allocated_memory(),
+                    "peak_allocated": current}
+        if kind == "cuda":
+            return {"current_allocated": torch.cuda.memory_allocated(self.torch_device),
+                    "driver_allocated": torch.cuda.memory_reserved(self.torch_device),
+                    "peak_allocated": torch.cuda.max_memory_allocated(self.torch_device)}
+        return {}
+
+    def health_check(self, timeout=10.0):
+        """Milliseconds a tiny synchronised op takes on the device, or None if it does not finish in `timeout`.
+
+        After a hung case is killed the GPU may still be busy with its work
+        (pytorch#135442); timings taken then are not the op's.
+        """
+        done = threading.Event()
+        took = []
+
+        def tiny():
+            started = time.perf_counter()
+            try:
+                with self.context():
+                    x = torch.ones(64, device=self.torch_device)
+                    (x + x).sum().item()
+                    self.synchronize()
+            except Exception:
+                return
+            took.append((time.perf_counter() - started) * 1000.0)
+            done.set()
+
+        threading.Thread(target=tiny, daemon=True).start()
+        return took[0] if done.wait(timeout) else None
 
     def context(self):
         """Entered around every call on the target."""

@@ -41,20 +41,41 @@ def _int(text):
 
 # -- macOS ------------------------------------------------------------------
 
+def mac_gpu(profiler_json=None):
+    """(model, GPU core count) of a Mac's GPU from `system_profiler SPDisplaysDataType -json`.
+
+    Apple silicon reports {"sppci_model": "Apple M2 Max", "sppci_cores": "38"};
+    either is None when missing.
+    """
+    text = profiler_json if profiler_json is not None else _command(
+        "system_profiler", "-json", "SPDisplaysDataType")
+    try:
+        for gpu in json.loads(text or "{}").get("SPDisplaysDataType", []):
+            model, cores = gpu.get("sppci_model"), _int(str(gpu.get("sppci_cores") or ""))
+            if model or cores:
+                return model, cores
+    except (ValueError, AttributeError):
+        pass
+    return None, None
+
+
+def mac_gpu_name(profiler_json=None, brand=None):
+    """What an MPS device is: "Apple M2 Max (38-core GPU)"; the CPU's brand string where
+    System Profiler says nothing; "Apple MPS" only when neither answers."""
+    model, cores = mac_gpu(profiler_json)
+    model = model or brand or _command("sysctl", "-n", "machdep.cpu.brand_string")
+    if not model:
+        return "Apple MPS"
+    return f"{model} ({cores}-core GPU)" if cores else model
+
+
 def _mac_gpu_cores():
     """GPU core count of an Apple-silicon Mac, from the IORegistry or System Profiler."""
     text = _command("ioreg", "-rd1", "-c", "AGXAccelerator")
     match = re.search(r'"gpu-core-count"\s*=\s*(\d+)', text or "")
     if match:
         return int(match.group(1))
-    text = _command("system_profiler", "-json", "SPDisplaysDataType")
-    try:
-        for gpu in json.loads(text or "{}").get("SPDisplaysDataType", []):
-            if _int(gpu.get("sppci_cores")):
-                return _int(gpu["sppci_cores"])
-    except (ValueError, AttributeError):
-        pass
-    return None
+    return mac_gpu()[1]
 
 
 def _mac():
@@ -65,9 +86,23 @@ def _mac():
         "chip": _command("sysctl", "-n", "machdep.cpu.brand_string"),
         "hw_model": _command("sysctl", "-n", "hw.model"),
         "memory_bytes": _int(_command("sysctl", "-n", "hw.memsize")),
-        # 1 on a macOS guest (GitHub's hosted runners are), 0 on bare metal.
-        "virtualized": _int(_command("sysctl", "-n", "kern.hv_vmm_present")),
+        "virtualized": mac_virtualized(_command("sysctl", "-n", "kern.hv_vmm_present")),
     }
+
+
+def mac_virtualized(hv_vmm_present, environ=None):
+    """1 on a macOS guest, 0 on bare metal, None when unknown.
+
+    `kern.hv_vmm_present` is 1 inside a VM. GitHub's hosted macOS runners are
+    VMs (about 1 GB for MPS, outputs unlike a real Mac's: actions/runner-images
+    #9918, #11899, #14380); they say so in their environment too, which counts
+    even where the sysctl is missing.
+    """
+    import os
+    environ = os.environ if environ is None else environ
+    if environ.get("GITHUB_ACTIONS") == "true" and environ.get("RUNNER_ENVIRONMENT") == "github-hosted":
+        return 1
+    return _int(hv_vmm_present)
 
 
 # -- Linux ------------------------------------------------------------------

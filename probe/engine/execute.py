@@ -6,12 +6,17 @@ import torch
 from torch.utils._pytree import tree_flatten
 
 from mpsprobe.ops import samples as sample_tools
-from mpsprobe.vocabulary import SKIP
+from mpsprobe.vocabulary import FALLBACK, MISMATCH, SKIP
+from .verdict import METADATA
 from . import classify, judge
 from .aten import AtenCapture, aten_name
 from .judge import REFERENCE_FAILED
 from .verdict import compare
 from .timing import median_ms
+from .witness import witness
+
+OUT_OF_MEMORY = "out_of_memory"
+CPU_FALLBACK, KERNEL_FALLBACK = "cpu_fallback", "kernel_fallback"
 
 
 def _call(op, args):
@@ -21,6 +26,79 @@ def _call(op, args):
 
 def _result(status, reason, **fields):
     return {"status": status, "reason": reason, **fields}
+
+
+def _macos_key(version):
+    return tuple(int(x) for x in version.split("."))
+
+
+def refusal(exc, call=None, target=None):
+    """The result fields for an exception the target raised, read through the catalogue.
+
+    Status, reason kind, the op (in any namespace), the minimum macOS and the
+    dtype the message names. Where the message names no op and `call` is
+    given, the call is run once more under a DispatchWitness: the op the same
+    exception rose from is recorded, marked as such in the notes.
+    """
+    verdict = classify.classify_message(str(exc), exc_type=type(exc))
+    notes = {}
+    if verdict.dtype:
+        notes["named_dtype"] = verdict.dtype
+    if getattr(exc, "mpsprobe_at_synchronize", False):
+        notes["raised_at"] = "synchronize"
+    reason = classify.describe(verdict)
+    if verdict.family is None and verdict.reason_kind == "bug":
+        reason = f"{type(exc).__name__} on the target only"
+    aten_op = verdict.op
+    if aten_op is None and call is not None and verdict.reason_kind != OUT_OF_MEMORY:
+        _, raised_by = witness(call, target)
+        if raised_by:
+            aten_op = raised_by
+            notes["aten_op_from"] = "dispatch"
+    return dict(status=verdict.status, reason=reason, reason_kind=verdict.reason_kind,
+                aten_op=aten_op, min_macos=verdict.min_macos, error_type=type(exc).__name__,
+                message=classify.first_line(exc), check_kind="none", notes=notes or None)
+
+
+def fallbacks(texts, call=None, target=None):
+    """What the CPU-fallback warnings among `texts` say, as a dict; None when none says work ran on the CPU.
+
+    Keys: kind (cpu_fallback when PyTorch's generic fallback ran, else
+    kernel_fallback), ops (named, in order, once each), min_macos (the highest
+    named), unnamed (warnings whose op is still unknown), from_dispatch (ops
+    named by the dispatch witness). A warning that names no op is attributed,
+    when `call` is given, to the aten op being dispatched when it fired, by
+    running the call once more under a DispatchWitness.
+    """
+    found = [(text, classify.fallback_from_warning(text)) for text in texts]
+    found = [(text, list(fb)) for text, fb in found if fb]
+    if not found:
+        return None
+    from_dispatch = []
+    if call is not None and any(fb[1] is None for _, fb in found):
+        seen, _ = witness(call, target)
+        by_text = {}
+        for text, op in seen:
+            if op:
+                by_text.setdefault(text, op)
+        for text, fb in found:
+            if fb[1] is None and by_text.get(text):
+                fb[1] = by_text[text]
+                from_dispatch.append(fb[1])
+    ops = []
+    for _, (_, op, _) in found:
+        if op and op not in ops:
+            ops.append(op)
+    versions = [macos for _, (_, _, macos) in found if macos]
+    kinds = {kind for _, (kind, _, _) in found}
+    return {"kind": CPU_FALLBACK if CPU_FALLBACK in kinds else KERNEL_FALLBACK, "ops": ops,
+            "min_macos": max(versions, key=_macos_key) if versions else None,
+            "unnamed": sum(1 for _, (_, op, _) in found if not op), "from_dispatch": from_dispatch}
+
+
+def _moved(cpu_args, target):
+    with target.context():
+        return sample_tools.to_device(cpu_args, target.torch_device)
 
 
 def _record_aten(op, args, cache, key):
@@ -49,6 +127,16 @@ def _record_aten(op, args, cache, key):
     return recorded
 
 
+def _misplaced(out, device_type):
+    """Why the target's outputs are not all on its device, or None."""
+    leaves = tree_flatten(out)[0]
+    for i, t in enumerate(leaves):
+        if isinstance(t, torch.Tensor) and t.device.type != device_type:
+            where = f"output {i}" if len(leaves) > 1 else "output"
+            return f"{where}: output on {t.device.type}, expected {device_type}"
+    return None
+
+
 def _first_tensor(args):
     inp = args[0]
     return inp.detach().clone() if isinstance(inp, torch.Tensor) else None
@@ -71,15 +159,12 @@ def run_case(op, dtype, sample, target, nondeterministic=False, timing=True, unc
     # Every copy is made before any call, in case an op writes into its inputs.
     # Moving to the target happens under the target's rules: MPS refuses float64 there.
     try:
-        with target.context():
-            target_args = sample_tools.to_device(cpu_args, target.torch_device)
-            draw_args = sample_tools.to_device(cpu_args, target.torch_device) if random else None
+        target_args = _moved(cpu_args, target)
+        draw_args = _moved(cpu_args, target) if random else None
     except Exception as e:
-        status, aten_op, reason = classify.classify_error(e)
-        return _result(status, f"inputs cannot be moved to the target: {reason}",
-                       error_type=type(e).__name__, message=classify.first_line(e),
-                       aten_op=aten_op, check_kind="none",
-                       duration_s=time.perf_counter() - started)
+        fields = refusal(e)
+        fields["reason"] = f"inputs cannot be moved to the target: {fields['reason']}"
+        return dict(fields, duration_s=time.perf_counter() - started)
     shape_only = nondeterministic or (judge.shape_only(op_key) if op_key else False)
     values = not (shape_only or random)
     truth_args = sample_tools.upcast(cpu_args, dtype) if values else None
@@ -105,21 +190,36 @@ def run_case(op, dtype, sample, target, nondeterministic=False, timing=True, unc
     aten_ops, aten_shapes = _record_aten(op, record_args, aten_cache, key)
     fields["aten_ops"] = aten_ops
 
+    notes = {}
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
-            target_out, target_args = _call_on_target(op, cpu_args, target_args, target)
+            try:
+                target_out, target_args = _call_on_target(op, cpu_args, target_args, target)
+            except Exception as e:
+                if classify.classify_message(str(e), exc_type=type(e)).reason_kind != OUT_OF_MEMORY:
+                    raise
+                # Out of memory may be the cache of earlier cases: empty it and try once more.
+                target.empty_cache()
+                notes["retried_after"] = OUT_OF_MEMORY
+                target_args = _moved(cpu_args, target)
+                target_out, target_args = _call_on_target(op, cpu_args, target_args, target)
         except Exception as e:
-            status, aten_op, reason = classify.classify_error(e)
-            return _result(status, reason, error_type=type(e).__name__,
-                           message=classify.first_line(e), aten_op=aten_op,
-                           check_kind="none",
-                           fallback_ops=classify.fallback_ops(str(w.message) for w in caught),
-                           duration_s=time.perf_counter() - started, **fields)
-    fallen_back = classify.fallback_ops(str(w.message) for w in caught)
-    fields["fallback_ops"] = fallen_back
+            refused = refusal(e, _target_call(op, target_args), target)
+            refused["notes"] = dict(notes, **(refused["notes"] or {})) or None
+            fell = fallbacks([str(w.message) for w in caught])
+            return dict(refused, fallback_ops=fell["ops"] if fell else [],
+                        duration_s=time.perf_counter() - started, **fields)
+    fell = fallbacks([str(w.message) for w in caught], _target_call(op, target_args), target)
+    fields["fallback_ops"] = fell["ops"] if fell else []
+    # Every fallback counts, named or not: a warning that names no op still says the work ran on the CPU.
+    fallen_back = (fell["ops"] + (["an op no warning names"] if fell["unnamed"] else [])) if fell else []
 
     how = judge.Judgement()
+    device_type = target.torch_device.type
+    # Where the target put its outputs is judged on the outputs as returned: judge.prepare
+    # may rewrite them (indices into values, canonical phases) on the CPU.
+    misplaced = _misplaced(target_out, device_type)
     if values and op_key:
         how = judge.prepare(op_key, cpu_args, target_out, cpu_out, truth_out, dtype)
         target_out, cpu_out, truth_out = how.target_out, how.cpu_out, how.truth_out
@@ -128,28 +228,67 @@ def run_case(op, dtype, sample, target, nondeterministic=False, timing=True, unc
         applicable, mode_allowance = judge.precision_allowance(op, cpu_args, dtype, aten_ops, aten_shapes,
                                                               modes, cpu_out)
     verdict = compare(target_out, cpu_out, truth_out, dtype, values=values,
-                      device_type=target.torch_device.type, unchecked=tuple(unchecked) + how.unchecked,
+                      device_type=None, unchecked=tuple(unchecked) + how.unchecked,
                       auxiliary=how.auxiliary, trivial_input=trivial_input, modes=mode_allowance)
+    if misplaced:
+        verdict.fail(misplaced, METADATA)
     fields.update(check_kind=verdict.check_kind, max_abs_err=verdict.max_abs_err,
                   max_rel_err=verdict.max_rel_err, ref_abs_err=verdict.ref_abs_err,
                   tol_atol=verdict.atol, tol_rtol=verdict.rtol,
                   tol_factor=verdict.factor if verdict.atol is not None else None,
                   nonfinite_mismatch=int(verdict.nonfinite_mismatch))
-    notes = list(verdict.notes) + ([how.why] if how.why else [])
+    judged = list(verdict.notes) + ([how.why] if how.why else [])
     status, reason, kind = judge.status_of(verdict, how, fallen_back, shape_only, applicable,
                                            bool(mode_allowance))
     if random and verdict.ok and not fallen_back:
         status, reason, kind, drawn = judge.distribution(op_key, draw_args, target)
-        notes += drawn.pop("notes", [])
+        judged += drawn.pop("notes", [])
         fields.update(drawn)
+    if fell:
+        fields["min_macos"] = fell["min_macos"]
+        if fell["from_dispatch"]:
+            notes["fallback_ops_from"] = "dispatch"
+        if status == FALLBACK:
+            kind = fell["kind"]
+            fields["aten_op"] = fell["ops"][0] if fell["ops"] else None
+        elif status == MISMATCH:
+            notes["fell_back"] = fell["kind"]  # a mismatch that also ran on the CPU
     if verdict.precision_mode:
         fields["precision_mode"] = verdict.precision_mode
-    if notes:
-        fields["notes"] = notes
+    if judged:
+        notes["verdict"] = judged
 
+    memory = target.memory()
     if timing:
         fields.update(_time(op, cpu_args, target_args, target))
+        memory = _peak(memory, target.memory())
+    notes.update(memory)
+    fields["notes"] = notes or None
     return _result(status, reason, reason_kind=kind, duration_s=time.perf_counter() - started, **fields)
+
+
+def _peak(before, after):
+    """Memory facts after timing, keeping the highest allocation seen at either point."""
+    merged = dict(after)
+    seen = [m.get("peak_allocated") for m in (before, after) if m.get("peak_allocated") is not None]
+    if seen:
+        merged["peak_allocated"] = max(seen)
+    return merged
+
+
+def _target_call(op, args):
+    return lambda: _call(op, args)
+
+
+def _synchronize(target):
+    try:
+        target.synchronize()
+    except Exception as e:
+        try:
+            e.mpsprobe_at_synchronize = True  # an asynchronous error, surfacing only here
+        except AttributeError:
+            pass
+        raise
 
 
 def _call_on_target(op, cpu_args, target_args, target):
@@ -162,7 +301,7 @@ def _call_on_target(op, cpu_args, target_args, target):
     try:
         with target.context():
             out = _call(op, target_args)
-            target.synchronize()
+            _synchronize(target)
         return out, target_args
     except Exception as e:
         if not classify.WANTS_CPU_ARGUMENT.search(str(e)):
@@ -172,7 +311,7 @@ def _call_on_target(op, cpu_args, target_args, target):
         retry_args = (sample_tools.to_device(inp, target.torch_device),
                       sample_tools.to_device(rest, "cpu"), sample_tools.to_device(kwargs, "cpu"))
         out = _call(op, retry_args)
-        target.synchronize()
+        _synchronize(target)
     return out, retry_args
 
 

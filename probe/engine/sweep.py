@@ -11,6 +11,7 @@ from dataclasses import asdict
 import mpsprobe
 from mpsprobe.db import schema
 from mpsprobe.db.writer import RunWriter
+from .launch import worker_command
 from .plan import PlanError, SweepOptions, in_shard, parse_shard, run_key  # noqa: F401
 from .pool import Pool, WorkerError
 
@@ -60,6 +61,18 @@ def _recording_now(run, env):
         return False
 
 
+def default_workers(device, cpu_count):
+    """Workers when --workers is not given: one per CPU core, but one on MPS.
+
+    A Mac has one GPU. Each worker is a process with its own Metal allocator
+    and cache on it: parallel workers run each other out of memory (recorded as
+    errors that are not the op's) and time each other's work.
+    """
+    if str(device or "").split(":")[0] == "mps":
+        return 1
+    return max(1, cpu_count or 1)
+
+
 class Sweep:
     """Prepare (validate everything, write nothing), then open the run, then run it."""
 
@@ -76,6 +89,18 @@ class Sweep:
         self.env = self.pairs = self.writer = None
         self.resumed = False
 
+    def _fit_pool_to_device(self):
+        """Once the device is known: one worker on MPS unless --workers says otherwise."""
+        if self.options.workers or not self.env:
+            return
+        size = default_workers(self.env.get("device"), os.cpu_count())
+        if size == self.pool.size:
+            return
+        self.pool.close()  # the describing worker ran with the threads of another pool size
+        self.pool.size = size
+        self.config["threads"] = max(1, (os.cpu_count() or 1) // size)
+        self.pool.command = worker_command(self.config, self.options.python)
+
     def prepare(self, select=None):
         """Check the DB, the device and the op/dtype filters; plan the pairs
         (`select(pair)`, if given, keeps only some). Raises SweepError."""
@@ -88,7 +113,7 @@ class Sweep:
             self.pool.close()
             raise
         _check_writable(options.db_path)
-        schema.inspect(options.db_path)
+        schema.inspect(options.db_path, migratable=True)
         try:
             self.env = self.pool.request({"cmd": "describe"})["env"]
             plan = self.pool.request({"cmd": "plan", "ops": options.ops, "dtypes": options.dtypes})
@@ -138,6 +163,7 @@ class Sweep:
         """Run `todo` to the end (or until should_stop()); returns (state, total, counts)."""
         started = time.monotonic()
         state = "interrupted"
+        self._fit_pool_to_device()
 
         def case(pair, index, sample, result):
             self.writer.record(pair, index, sample, result)
@@ -153,7 +179,15 @@ class Sweep:
                 self.pool.run(todo, case, pair_finished, should_stop)
             if not should_stop():
                 state = "complete"
-        finally:
-            total, counts = self.writer.finish(state, time.monotonic() - started)
+        except BaseException:
+            # The sweep's own error is what the user sees; the run stays resumable
+            # even when it cannot be marked (a full disk refuses that too).
+            try:
+                self.writer.finish(state, time.monotonic() - started)
+            except schema.DatabaseError:
+                pass
             self.writer.close()
+            raise
+        total, counts = self.writer.finish(state, time.monotonic() - started)
+        self.writer.close()
         return state, total, counts

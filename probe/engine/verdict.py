@@ -240,7 +240,7 @@ def compare(target_out, cpu_out, truth_out, dtype, values=True, device_type=None
                     or (math.isnan(t) and math.isnan(c))):
                 verdict.fail(f"{where}: {t!r} vs CPU {c!r}")
         elif check_values and type(t) is not type(c):
-            verdict.fail(f"{where}: {type(t).__name__} vs CPU {type(c).__name__}")
+            verdict.fail(f"{where}: {type(t).__name__} vs CPU {type(c).__name__}", "metadata")
         elif check_values and not isinstance(c, float) and t != c:
             verdict.fail(f"{where}: {t!r} vs CPU {c!r}")
         if not verdict.ok:

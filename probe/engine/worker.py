@@ -3,12 +3,16 @@
 It talks over the file descriptor that started as its stdout; fd 1 itself is
 pointed at stderr, so whatever an op prints cannot corrupt the protocol.
 A crash or hang here costs the parent one case: it reads "begin" before each
-case, so it always knows which case was running.
+case, so it always knows which case was running. Each case runs in the
+worker's own process group, killed when the case ends (groups.py), and each
+reply line carries the token the parent sent as the first line of stdin, so
+that nothing an op writes into the reply pipe is taken for a result.
 
 Requests (stdin, one JSON object a line):
   {"cmd": "describe"}                      -> {"type": "describe", "env": {...}}
   {"cmd": "plan", "ops": [...], "dtypes": [...]} -> {"type": "plan", "pairs": [...]}
-  {"cmd": "pair", "op": ..., "dtype": ..., "passes": [...], "done": [case keys already recorded]}
+  {"cmd": "pair", "op": ..., "dtype": ..., "passes": [...], "done": [case keys already recorded],
+   "health_check": true after a hung case was killed (optional)}
       -> {"type": "begin", "index": i, "pass": p, "sample": "..."} and
          {"type": "result", "index": i, "pass": p, ...} for each sample of each pass
          the op has (a case key: the index for forward, "i|pass" otherwise,
@@ -17,24 +21,32 @@ Requests (stdin, one JSON object a line):
       -> the same, one case per captured call of a model (modelcheck/replay.py)
 Any request can instead answer {"type": "fatal", "message": "..."}.
 """
+import contextlib
 import json
 import os
 import sys
 import threading
 import time
 
+from .groups import CaseGroups
 
-def _watch_parent():
-    """Exit when the parent dies, so a killed sweep leaves no workers behind."""
+HEALTH_CHECK_S = 10.0
+
+
+def _watch_parent(groups):
+    """Exit when the parent dies, so a killed sweep leaves no workers behind
+    (nor anything the case in flight started)."""
     parent = os.getppid()
     while True:
         time.sleep(0.5)
         if os.getppid() != parent:
+            if groups.in_case:
+                groups.kill_leftovers()   # the worker's own group: it goes too
             os._exit(0)
 
 
 class Worker:
-    def __init__(self, config, send):
+    def __init__(self, config, send, groups=None):
         import torch
         from . import devices
         self.torch = torch
@@ -47,6 +59,7 @@ class Worker:
             torch.set_num_threads(threads)
         self.target = devices.resolve(config.get("device", "auto"), config.get("backend"))
         self._opinfos = None
+        self.case = groups.case if groups else contextlib.nullcontext
         self._aten_cache = {}  # pass -> {(op, dtype, sample signature): the aten ops it dispatches}
         self.modes = self._precision(config.get("strict_precision", False))
 
@@ -65,6 +78,25 @@ class Worker:
             from mpsprobe.ops import opinfo
             self._opinfos = opinfo.load_op_db()
         return self._opinfos
+
+    def start_pair(self, request):
+        """Each pair starts from an empty device cache (no pair pays for another's memory)
+        and, after a killed hang, a device check: the notes for its results, or None."""
+        self.target.empty_cache()
+        return self.health_check() if request.get("health_check") else None
+
+    def health_check(self):
+        """After a hung case was killed, is the device answering again? Notes for the results that follow.
+
+        A killed process's GPU work may still be running (pytorch#135442): the
+        timings taken next are flagged with how long a tiny synchronised op took,
+        or that it did not finish within HEALTH_CHECK_S.
+        """
+        took = self.target.health_check(HEALTH_CHECK_S)
+        if took is None:
+            return {"after_hang": True, "device_busy": True,
+                    "health_check": f"a tiny op did not finish within {HEALTH_CHECK_S:g} s"}
+        return {"after_hang": True, "health_check_ms": round(took, 3)}
 
     def describe(self, request):
         from . import environment
@@ -85,13 +117,14 @@ class Worker:
         from mpsprobe.vocabulary import FORWARD, PASSES
         op = opinfo.find(self.opinfos, request["op"])
         dtype = opinfo.parse_dtype(request["dtype"])
+        after_hang = self.start_pair(request)
         done = set(request.get("done") or ())
         n_cases = 0
         for pass_ in opinfo.passes(op, dtype, request.get("passes") or (FORWARD,)):
-            n_cases += self._pass(op, dtype, pass_, request["op"], done)
+            n_cases += self._pass(op, dtype, pass_, request["op"], done, after_hang)
         self.send({"type": "pair_done", "n_cases": n_cases})
 
-    def _pass(self, op, dtype, pass_, key, done):
+    def _pass(self, op, dtype, pass_, key, done, after_hang):
         """The cases of one pass; returns how many it holds."""
         from mpsprobe.ops import opinfo, samples as sample_tools
         from mpsprobe.vocabulary import BACKWARD, ERROR, FORWARD, OUT, PASS_COLUMN, SKIP
@@ -119,46 +152,73 @@ class Worker:
             self.send({"type": "begin", "index": index, PASS_COLUMN: pass_,
                        "sample": sample_tools.summarize(sample)})
             try:
-                if pass_ == FORWARD:
-                    result = run_case(op.op, dtype, sample, self.target, op_key=key, **options)
-                elif pass_ == BACKWARD:
-                    result = run_backward_case(op.op, dtype, sample, self.target, key, **options)
-                else:
-                    result = run_variant_case(fn, pass_, dtype, sample, self.target, key, **options)
+                with self.case():
+                    if pass_ == FORWARD:
+                        result = run_case(op.op, dtype, sample, self.target, op_key=key, **options)
+                    elif pass_ == BACKWARD:
+                        result = run_backward_case(op.op, dtype, sample, self.target, key, **options)
+                    else:
+                        result = run_variant_case(fn, pass_, dtype, sample, self.target, key, **options)
             except Exception as e:  # a fault of the probe's, reported as such
                 result = {"status": ERROR, "check_kind": "none",
                           "reason": "mpsprobe could not judge this case",
                           "error_type": type(e).__name__, "message": str(e)[:500]}
             result[PASS_COLUMN] = pass_
-            self.send({"type": "result", "index": index, **result})
+            self.send({"type": "result", "index": index, **flagged(result, after_hang)})
         return len(cases)
 
     def replay(self, request):
         """A pair of a model's captured calls (modelcheck.replay.pairs), each a case."""
         from mpsprobe.modelcheck.replay import decode, run_call
         done = set(request.get("done") or ())
+        after_hang = self.start_pair(request)
         calls = [decode(text) for text in request["calls"]]
         for call in calls:
             if call.index in done:
                 continue
             self.send({"type": "begin", "index": call.index, "sample": call.summary()})
-            result = run_call(call, self.target, timing=self.config.get("timing", True), modes=self.modes)
-            self.send({"type": "result", "index": call.index, **result})
+            with self.case():
+                result = run_call(call, self.target, timing=self.config.get("timing", True),
+                                  modes=self.modes)
+            self.send({"type": "result", "index": call.index, **flagged(result, after_hang)})
         self.send({"type": "pair_done", "n_cases": len(calls)})
 
 
+def flagged(result, after_hang):
+    """`result` with the device check's notes, when one ran before its pair."""
+    if after_hang is None:
+        return result
+    return dict(result, notes=dict(result.get("notes") or {}, **after_hang))
+
+
+def _sender(protocol, token):
+    """send(message): one authenticated reply line (the token lives only in this closure)."""
+    def send(message):
+        protocol.write(json.dumps(dict(message, token=token)) + "\n")
+        protocol.flush()
+    return send
+
+
 def main(config_json):
-    protocol = os.fdopen(os.dup(1), "w", buffering=1)
+    protocol = os.fdopen(os.dup(1), "w", buffering=1)   # os.dup: not inherited by children
     os.dup2(2, 1)
     sys.stdout = sys.stderr
-
-    def send(message):
-        protocol.write(json.dumps(message) + "\n")
-        protocol.flush()
-
-    threading.Thread(target=_watch_parent, daemon=True).start()
+    send = _sender(protocol, json.loads(sys.stdin.readline()))   # the parent's first line
+    groups = CaseGroups()
+    threading.Thread(target=_watch_parent, args=(groups,), daemon=True).start()
     try:
-        worker = Worker(json.loads(config_json), send)
+        _serve(json.loads(config_json), send, groups)
+    except BaseException as e:  # SystemExit, KeyboardInterrupt, a reply channel gone, ...
+        # Said on stderr, then exit with a status of our own: the parent
+        # records "exited with status N" and this line, not a signal.
+        sys.stderr.write(f"\nmpsprobe worker exiting on {type(e).__name__}: {e}\n")
+        sys.stderr.flush()
+        os._exit(e.code if isinstance(e, SystemExit) and isinstance(e.code, int) else 1)
+
+
+def _serve(config, send, groups):
+    try:
+        worker = Worker(config, send, groups)
     except Exception as e:
         send({"type": "fatal", "message": str(e) or type(e).__name__})
         return

@@ -48,6 +48,7 @@ class Report:
     answers: list
     model_ms: Optional[tuple] = None   # (CPU ms, target ms, calls timed) of a replay
     recorded_in: Optional[str] = None  # the database a replay was recorded in
+    batch_sweep: Optional[dict] = None  # check --run --batch: modelcheck.batches.sweep_and_record()
 
     @property
     def ops(self):
@@ -82,6 +83,7 @@ class Report:
                     for a in self.answers],
             **({"model_ms": {"cpu": self.model_ms[0], "target": self.model_ms[1],
                              "calls_timed": self.model_ms[2]}} if self.model_ms else {}),
+            **({"batch_sweep": self.batch_sweep} if self.batch_sweep else {}),
         }
 
 
@@ -157,6 +159,9 @@ def format_report(report, fail_on=FALLBACK):
     lines.append("")
     lines.append(f"exit 1: {len(failing)} op(s) at or above --fail-on {fail_on}" if failing
                  else f"exit 0: nothing at or above --fail-on {fail_on}")
+    if report.batch_sweep:
+        from mpsprobe.modelcheck.batches import format_sweep
+        lines += format_sweep(report.batch_sweep)
     if report.recorded_in:
         lines.append(f"recorded as run {run['id']} in {report.recorded_in}")
     return lines

@@ -1,0 +1,170 @@
+"""The Mac-only code paths, through their seams (no Mac here): what a Mac says, read right."""
+import json
+import os
+import time
+
+import pytest
+import torch
+
+from mpsprobe.engine import environment, pool, sweep
+from mpsprobe.engine.devices import Target
+
+PROFILER = json.dumps({"SPDisplaysDataType": [{
+    "_name": "Apple M2 Max", "sppci_bus": "spdisplays_builtin", "sppci_cores": "38",
+    "sppci_device_type": "spdisplays_gpu", "sppci_model": "Apple M2 Max", "spdisplays_mtlgpufamilysupport":
+    "spdisplays_metal3"}]})
+
+
+def test_the_mps_device_is_named_by_chip_and_gpu_cores():
+    assert environment.mac_gpu(PROFILER) == ("Apple M2 Max", 38)
+    assert environment.mac_gpu_name(PROFILER) == "Apple M2 Max (38-core GPU)"
+
+
+def test_without_system_profiler_the_cpu_brand_names_it(monkeypatch):
+    monkeypatch.setattr(environment, "_command", lambda *a: "Apple M1" if "machdep.cpu.brand_string" in a else None)
+    assert environment.mac_gpu_name() == "Apple M1"
+    monkeypatch.setattr(environment, "_command", lambda *a: None)
+    assert environment.mac_gpu_name() == "Apple MPS"
+
+
+def test_an_mps_target_asks_the_machine_for_its_name(monkeypatch):
+    monkeypatch.setattr(environment, "_command",
+                        lambda *a: PROFILER if a[0] == "system_profiler" else None)
+    assert Target("mps").device_name == "Apple M2 Max (38-core GPU)"
+
+
+@pytest.mark.parametrize("hv, environ, expected", [
+    ("1", {}, 1), ("0", {}, 0), (None, {}, None),
+    ("0", {"GITHUB_ACTIONS": "true", "RUNNER_ENVIRONMENT": "github-hosted"}, 1),
+    (None, {"GITHUB_ACTIONS": "true", "RUNNER_ENVIRONMENT": "github-hosted"}, 1),
+    ("0", {"GITHUB_ACTIONS": "true", "RUNNER_ENVIRONMENT": "self-hosted"}, 0),
+])
+def test_virtualisation_from_the_sysctl_and_github_hosted_runners(hv, environ, expected):
+    assert environment.mac_virtualized(hv, environ) == expected
+
+
+def test_rosetta_is_read_from_the_sysctl(monkeypatch):
+    monkeypatch.setattr(environment.sys, "platform", "darwin")
+    monkeypatch.setattr(environment, "_command", lambda *a: "1" if "sysctl.proc_translated" in a else None)
+    assert environment._translated() == 1
+    monkeypatch.setattr(environment, "_command", lambda *a: None)  # Intel Macs have no such sysctl
+    assert environment._translated() == 0
+
+
+def test_every_mps_setting_is_recorded():
+    environ = {"PYTORCH_MPS_HIGH_WATERMARK_RATIO": "0.0", "PYTORCH_MPS_FAST_MATH": "1",
+               "PYTORCH_MPS_PREFER_METAL": "1", "PYTORCH_ENABLE_MPS_FALLBACK": "1", "PATH": "/bin"}
+    assert environment.device_env(environ) == {k: v for k, v in environ.items() if k != "PATH"}
+
+
+def test_mps_memory_and_cache_go_through_torch_mps(monkeypatch):
+    calls = []
+    monkeypatch.setattr(torch.mps, "current_allocated_memory", lambda: 1000)
+    monkeypatch.setattr(torch.mps, "driver_allocated_memory", lambda: 5000)
+    monkeypatch.setattr(torch.mps, "empty_cache", lambda: calls.append("empty"))
+    target = Target("mps")
+    assert target.memory() == {"current_allocated": 1000, "driver_allocated": 5000, "peak_allocated": 1000}
+    target.empty_cache()
+    assert calls == ["empty"]
+    assert Target("cpu").memory() == {}
+
+
+def test_health_check_times_a_tiny_op_or_gives_up():
+    assert Target("cpu").health_check(5.0) >= 0
+
+    class Busy(Target):
+        def synchronize(self):
+            time.sleep(5)
+    started = time.monotonic()
+    assert Busy("cpu").health_check(0.2) is None
+    assert time.monotonic() - started < 2
+
+
+@pytest.mark.parametrize("device, expected", [("mps", 1), ("mps:0", 1), ("cuda", 8), ("cpu", 8), ("fake-mps", 8)])
+def test_one_worker_by_default_on_mps(device, expected):
+    assert sweep.default_workers(device, 8) == expected
+
+
+def test_the_pool_shrinks_to_one_worker_once_the_device_is_mps(tmp_path):
+    s = sweep.Sweep(sweep.SweepOptions(db_path=str(tmp_path / "x.db")))
+    s.env = {"device": "mps"}
+    s._fit_pool_to_device()
+    assert s.pool.size == 1 and s.config["threads"] == (os.cpu_count() or 1)
+    many = sweep.Sweep(sweep.SweepOptions(db_path=str(tmp_path / "x.db"), workers=3))
+    many.env = {"device": "mps"}
+    many._fit_pool_to_device()
+    assert many.pool.size == 3  # more are allowed
+
+
+def test_a_live_pid_is_known_without_proc(monkeypatch):
+    run = {"state": "running", "pid": 4242, "hostname": "mac"}
+    monkeypatch.setattr(sweep.os.path, "isdir", lambda p: False)  # macOS: no /proc
+
+    def kill(pid, signal, error=None):
+        if error:
+            raise error
+    for error, alive in ((None, True), (PermissionError(), True), (ProcessLookupError(), False)):
+        monkeypatch.setattr(sweep.os, "kill", lambda pid, sig, e=error: kill(pid, sig, e))
+        assert sweep._recording_now(run, {"hostname": "mac"}) is alive
+
+
+def test_after_a_killed_hang_the_next_pair_checks_the_device_once():
+    sent = []
+
+    class Worker:
+        hangs_seen = 0
+
+        def send(self, message):
+            sent.append(message)
+    p = pool.Pool({"device": "cpu"})
+    p.hangs = 1
+    worker = Worker()
+    for _ in range(2):
+        p._assign(worker, {"op": "add", "dtype": "float32", "done": []})
+    assert [m.get("health_check") for m in sent] == [True, None]
+
+
+def test_a_crash_keeps_the_cause_its_stderr_names():
+    lines = ["/Users/me/x.py:3: UserWarning: something",
+             "libc++abi: terminating due to uncaught exception of type c10::NotImplementedError: The operator "
+             "'aten::_linalg_eigh.eigenvalues' is not currently implemented for the MPS device.",
+             "zsh: abort      python x.py"]
+    found = pool._evidence(lines)
+    assert found["reason_kind"] == "no_kernel" and found["aten_op"] == "aten::_linalg_eigh.eigenvalues"
+    assert found["message"].startswith("libc++abi")
+    assert pool._evidence(["Traceback (most recent call last):", "KeyboardInterrupt"]) == {}
+
+
+def test_virtual_machine_runs_are_kept_apart_from_bare_metal(tmp_path, cpu_db):
+    import shutil
+    import sqlite3
+    from mpsprobe.db.query import history, runs
+    from mpsprobe.vocabulary import CRASH
+    path = tmp_path / "vm.db"
+    shutil.copy(cpu_db, path)
+    conn = sqlite3.connect(path)
+    bare = conn.execute("SELECT id FROM runs").fetchone()[0]
+    columns = [r[1] for r in conn.execute("PRAGMA table_info(runs)")]
+    conn.execute(f"INSERT INTO runs SELECT {', '.join('id || ' + repr('-vm') if c == 'id' else c for c in columns)}"
+                 " FROM runs")
+    conn.execute("UPDATE runs SET os_name = 'macOS', virtualized = 0")  # the same Mac, bare and in a VM
+    conn.execute("UPDATE runs SET virtualized = 1, started = '9999' WHERE id = ?", [bare + "-vm"])
+    result_columns = [r[1] for r in conn.execute("PRAGMA table_info(results)")]
+    conn.execute(f"INSERT INTO results ({', '.join(result_columns)}) SELECT "
+                 + ", ".join("run_id || '-vm'" if c == "run_id" else c for c in result_columns)
+                 + " FROM results WHERE run_id = ?", [bare])
+    conn.execute("UPDATE results SET status = ? WHERE run_id = ?", [CRASH, bare + "-vm"])
+    conn.commit()
+
+    # The newer run is the VM's, yet the default answer is bare metal's, and a VM says what it is.
+    assert runs.pick_run(conn)["id"] == bare
+    vm = runs.pick_run(conn, run_id=bare + "-vm")
+    assert runs.machine_kind(vm) == runs.VIRTUAL_MACHINE and "(virtual machine)" in runs.describe(vm)
+    # "Works since" is told per machine: the VM's crashes do not make bare metal's add fail.
+    firsts = {(r["machine_kind"], r["dtype"]): r["latest_status"] for r in history.firsts(conn, "add")}
+    assert firsts[(runs.BARE_METAL, "float32")] != CRASH and firsts[(runs.VIRTUAL_MACHINE, "float32")] == CRASH
+    devices = {n["device"] for n in history.notes(conn, "add")}
+    assert devices == {"cpu", "cpu (virtual machine)"}
+    # A Linux VM's passed-through GPU is the hardware itself: not a virtual machine's result.
+    assert runs.machine_kind({"virtualized": 1, "os_name": "Ubuntu"}) == runs.BARE_METAL
+    conn.close()
