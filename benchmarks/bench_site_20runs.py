@@ -1,4 +1,4 @@
-"""Server-side time of the matrix and op pages on a database holding 20 full runs.
+"""Server-side time and size of the site's pages (matrix, op page, compare, grid) on 20 full runs, against their budgets.
 
 Builds the database from one real full run (a DB written by `mpsprobe run`
 over the whole catalogue): the run is copied 20 times as 20 torch versions,
@@ -77,23 +77,31 @@ def build(source, path, runs=20):
     return original["id"]
 
 
+# (page, URL, warm ms budget, KiB transferred budget): issue 15's budgets.
+PAGES = (("matrix", "/-/matrix", 150, 150), ("op page", "/-/op/{op}", 150, 150),
+         ("compare", "/-/compare", 500, 150), ("grid", "/-/grid", None, None))
+
+
 def time_pages(path, op):
-    """Runs in a fresh process: cold and warm server-side times of both pages."""
+    """Runs in a fresh process: cold and warm server-side times of each page, and
+    the bytes a browser receives (gzip) beside the page's own size."""
     from mpsprobe.site import make_datasette
 
     async def go():
         ds = make_datasette(path)
         await ds.invoke_startup()
         figures = {}
-        for name, url in (("matrix", "/-/matrix"), ("op page", f"/-/op/{op}")):
+        for name, url, _, _ in PAGES:
+            url = url.format(op=op)
             walls = []
             for _ in range(6):
                 start = time.perf_counter()
-                response = await ds.client.get(url)
+                response = await ds.client.get(url, headers={"accept-encoding": "gzip"})
                 walls.append(time.perf_counter() - start)
                 assert response.status_code == 200, (url, response.text[:300])
-            figures[name] = {"cold_ms": walls[0] * 1000,
-                             "warm_ms": sorted(walls[1:])[2] * 1000, "bytes": len(response.content)}
+            figures[name] = {"cold_ms": walls[0] * 1000, "warm_ms": sorted(walls[1:])[2] * 1000,
+                             "bytes": len(response.content),
+                             "sent": response.num_bytes_downloaded}
         return figures
     print(json.dumps(asyncio.run(go())))
 
@@ -125,9 +133,15 @@ def main():
     done = subprocess.run([sys.executable, os.path.abspath(__file__), "--time-one", path,
                            "--op", args.op], stdout=subprocess.PIPE, text=True, check=True)
     figures = json.loads(done.stdout.strip().splitlines()[-1])
-    print("| page | cold ms | warm ms (median of 5) | page KiB |\n|---|---|---|---|")
-    for name, f in figures.items():
-        print(f"| {name} | {f['cold_ms']:.0f} | {f['warm_ms']:.0f} | {f['bytes'] / 1024:.0f} |")
+    print("| page | cold ms | warm ms (median of 5) | budget ms | page KiB | sent KiB (gzip) "
+          "| budget KiB | met |\n|---|---|---|---|---|---|---|---|")
+    for name, _, ms_budget, kib_budget in PAGES:
+        f = figures[name]
+        met = ((ms_budget is None or f["warm_ms"] <= ms_budget)
+               and (kib_budget is None or f["sent"] / 1024 <= kib_budget))
+        print(f"| {name} | {f['cold_ms']:.0f} | {f['warm_ms']:.0f} | {ms_budget or '—'} "
+              f"| {f['bytes'] / 1024:.0f} | {f['sent'] / 1024:.0f} | {kib_budget or '—'} "
+              f"| {'yes' if met else 'NO'} |")
 
 
 if __name__ == "__main__":

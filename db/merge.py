@@ -65,7 +65,7 @@ def _check_sources(sources, target):
         try:
             version = schema.inspect(path, migratable=True)
         except schema.DatabaseError as e:
-            raise MergeError(f"cannot merge {e}") from None
+            raise MergeError(f"cannot merge: {e}") from None
         if version is None:
             raise MergeError(f"{path} is empty, not an mpsprobe database")
         versions[path] = version

@@ -234,6 +234,9 @@ def open_db(path, create=True, readonly=False, say=None):
     `say(text)`: where a wait for another process's lock is reported.
     """
     path = str(path)
+    if (readonly or not create) and not os.path.exists(path):
+        # A read never speaks of creating: the file is simply not there.
+        raise DatabaseError(f"cannot read {path}: it does not exist")
     version = inspect(path)
     exists = os.path.exists(path) and os.path.getsize(path) > 0
     if not exists and (readonly or not create):

@@ -102,12 +102,51 @@ def _match(patterns, opinfos):
     keys = {op_key(o) for o in opinfos} | {o.name for o in opinfos}
     unknown = [p for p in patterns if not fnmatch.filter(keys, p)]
     if unknown:
-        hint = difflib.get_close_matches(unknown[0], sorted(keys), n=3)
+        hint = suggest(unknown[0], keys)
         more = f" (did you mean {', '.join(hint)}?)" if hint else ""
-        raise CatalogueError(f"unknown op: {unknown[0]!r}{more}")
+        raise CatalogueError(f"unknown op: {unknown[0]!r}{more}; `mpsprobe ops` lists them")
     return [o for o in opinfos
             if any(fnmatch.fnmatchcase(op_key(o), p) or fnmatch.fnmatchcase(o.name, p)
                    for p in patterns)]
+
+
+def suggest(name, keys, n=5):
+    """Op ids a mistyped or partial name may mean, best first: ids whose last
+    dotted component is the name (conv2d -> nn.functional.conv2d), then ids
+    containing it, then close spellings."""
+    wanted = name.lower().strip("*?")
+    keys = sorted(keys, key=lambda k: (len(k), k))
+    last = [k for k in keys if k.lower().rsplit(".", 1)[-1] == wanted]
+    starts = [k for k in keys if k.lower().rsplit(".", 1)[-1].startswith(wanted)]
+    inside = [k for k in keys if wanted and wanted in k.lower()]
+    lasts = {}
+    for k in keys:
+        lasts.setdefault(k.lower().rsplit(".", 1)[-1], []).append(k)
+    close_last = [k for m in difflib.get_close_matches(wanted, list(lasts), n=n) for k in lasts[m]]
+    close = difflib.get_close_matches(name, keys, n=n)
+    return list(dict.fromkeys(last + starts + inside + close_last + close))[:n]
+
+
+def catalogue(pattern="", opinfos=None):
+    """One row per op (id, OpInfo name, variant, aten name, CPU dtypes), for
+    `mpsprobe ops`: every op, or those matching `pattern` (a glob when it has *
+    or ?, else a case-insensitive substring of the id or the aten name)."""
+    opinfos = load_op_db() if opinfos is None else opinfos
+    found = []
+    for o in opinfos:
+        key = op_key(o)
+        aten = getattr(o, "aten_name", None) or o.name
+        if pattern:
+            if any(c in pattern for c in "*?["):
+                if not (fnmatch.fnmatchcase(key, pattern) or fnmatch.fnmatchcase(aten, pattern)):
+                    continue
+            elif pattern.lower() not in key.lower() and pattern.lower() not in aten.lower():
+                continue
+        found.append({"op": key, "name": o.name,
+                      "variant": getattr(o, "variant_test_name", "") or "", "aten_name": aten,
+                      "dtypes": [dtype_name(d) for d in reference_dtypes(o)]})
+    found.sort(key=lambda r: r["op"])
+    return found
 
 
 def list_pairs(ops=None, dtypes=None, opinfos=None):

@@ -235,6 +235,21 @@ def findings(db="mpsprobe.db", run=None, against=None):
         store.conn.close()
 
 
+def op_statuses(db="mpsprobe.db", run=None):
+    """(run, {op id: worst status over its dtypes}) of a run (default: the run picker's)."""
+    from mpsprobe.db.query import matrix, runs
+    from mpsprobe.vocabulary import worst
+    store = open_db(db, readonly=True)
+    try:
+        picked = runs.pick_run(store.conn, run_id=run)
+        found = {}
+        for cell in matrix.cells(store.conn, picked["id"]):
+            found.setdefault(cell["op_id"], []).append(cell["status"])
+        return picked, {op: worst(statuses) for op, statuses in found.items()}
+    finally:
+        store.conn.close()
+
+
 def record_declared(db="mpsprobe.db", wheels=(), installed=None, common_mps=None,
                     torch_version=None, opinfo_cuda=False, macos=26.0, *, opinfos=None):
     """Record what PyTorch declares (see ops/declared/) into `db`; returns a summary per reading.

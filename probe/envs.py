@@ -137,7 +137,7 @@ def _python_version(python):
     out = subprocess.run([python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
                          capture_output=True, text=True)
     if out.returncode != 0:
-        raise EnvError(f"cannot run {python}")
+        raise EnvError(f"cannot run {python}: exit status {out.returncode}")
     return out.stdout.strip()
 
 

@@ -19,6 +19,8 @@ STATIC_MOUNT = "mpsprobe-static"
 # whatever the served file is called.
 METADATA_DB_NAME = "mpsprobe"
 DEFAULT_TIME_LIMIT_MS = 2000
+# A query's rows on one page (HTML, JSON, CSV); past it the page says it stopped.
+MAX_RETURNED_ROWS = 1000
 
 
 def database_name(db_path):
@@ -76,7 +78,7 @@ def _uri_safe(db_path):
 
 def site_settings(time_limit_ms=DEFAULT_TIME_LIMIT_MS):
     return {"sql_time_limit_ms": int(time_limit_ms), "allow_download": True,
-            "default_page_size": 100}
+            "default_page_size": 100, "max_returned_rows": MAX_RETURNED_ROWS}
 
 
 def make_datasette(db_path, live=None, time_limit_ms=DEFAULT_TIME_LIMIT_MS):

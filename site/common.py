@@ -3,13 +3,16 @@
 The plugins in site/plugins/ are thin Datasette hooks: they ask
 mpsprobe.db.query and render its answers with these helpers.
 """
+import functools
 import html
+import os
 import urllib.parse
+from collections import OrderedDict
 
 from datasette.utils.asgi import NotFound, Response
 from markupsafe import Markup
 
-from mpsprobe.vocabulary import PASS, STATUS, STATUSES, is_status
+from mpsprobe.vocabulary import PASS, PASS_COLUMN, REASON_KIND, REASON_KINDS, STATUS, STATUSES, is_status
 
 
 def get_database(datasette):
@@ -36,8 +39,15 @@ def status_class(value):
     return f"st-{value}" if is_status(value) else "st-unknown"
 
 
+def status_symbol(value):
+    """The status's symbol from the vocabulary ('?' for an unknown word): shown
+    beside every colour, so no colour alone carries the meaning."""
+    return STATUS[value].symbol if is_status(value) else "?"
+
+
 def status_badge(value):
-    return Markup(f'<span class="st {status_class(value)}">{html.escape(str(value))}</span>')
+    return Markup(f'<span class="st {status_class(value)}">{status_symbol(value)} '
+                  f'{html.escape(str(value))}</span>')
 
 
 def url(datasette, path, **params):
@@ -64,11 +74,50 @@ def run_label(run):
 
 def template_vars():
     """What every page's templates may use."""
-    return {"status_class": status_class, "statuses": STATUSES, "status_info": STATUS,
-            "declared_class": status_class(PASS)}
+    return {"status_class": status_class, "status_symbol": status_symbol,
+            "statuses": STATUSES, "status_info": STATUS, "declared_class": status_class(PASS),
+            "pass_column": PASS_COLUMN,
+            "reason_kinds": [REASON_KIND[k] for k in REASON_KINDS]}
 
 
-async def render(datasette, request, template, context):
+async def render(datasette, request, template, context, data=None):
+    """The page as HTML, or `data` as JSON when the path ends in .json (every
+    custom page has its JSON: the same answer the HTML shows)."""
+    if data is not None and request.path.endswith(".json"):
+        return Response.json(data, default=str)
     body = await datasette.render_template(template, dict(template_vars(), **context),
                                            request=request)
     return Response.html(body)
+
+
+def reason_label(kind):
+    """How a page says a reason kind: its label from the vocabulary, else the word."""
+    return REASON_KIND[kind].label if kind in REASON_KIND else (kind or "")
+
+
+# Pages of an immutable database never change: the last few are kept rendered.
+_PAGES = OrderedDict()
+CACHED_PAGES = 32
+
+
+def cached(page):
+    """Keep a page's 200 answers while the database is served immutable (keyed
+    by file, its modification time and the full URL); a live database is never cached."""
+    @functools.wraps(page)
+    async def wrapped(datasette, request):
+        db = get_database(datasette)
+        if db.is_mutable or not db.path:
+            return await page(datasette, request)
+        key = (id(datasette), db.path, os.path.getmtime(db.path), request.path,
+               request.query_string)
+        hit = _PAGES.get(key)
+        if hit is None:
+            response = await page(datasette, request)
+            if response.status != 200:
+                return response
+            hit = _PAGES[key] = (response.body, response.content_type)
+            while len(_PAGES) > CACHED_PAGES:
+                _PAGES.popitem(last=False)
+        _PAGES.move_to_end(key)
+        return Response(hit[0], content_type=hit[1])
+    return wrapped

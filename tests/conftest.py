@@ -256,3 +256,40 @@ def small_store():
         writer.close()
         return Path(path)
     return make
+
+
+# A string no page may ever show as markup.
+HOSTILE = "<script>alert(1)</script>"
+
+
+
+
+@pytest.fixture(scope="session")
+def extra_db(site_db, tmp_path_factory):
+    """The site's database plus what the walk must survive: an op with variants,
+    hostile strings in an op id, a message and a declared status, and declared
+    rows for the newest fake-MPS run's release and for a release never measured."""
+    path = tmp_path_factory.mktemp("extra") / "extra.db"
+    shutil.copy(site_db, path)
+    fake = _rows(site_db, "SELECT * FROM runs WHERE device = 'fake-mps' ORDER BY torch_version_key DESC")[0]
+    release = fake["torch_version"].split("+")[0]
+    conn = sqlite3.connect(path)
+    with conn:
+        for variant in ("nn.functional.interpolate.bilinear", "nn.functional.interpolate.nearest"):
+            conn.execute("INSERT INTO ops (id, name) VALUES (?, 'nn.functional.interpolate')", [variant])
+        conn.execute("INSERT INTO ops (id, name) VALUES (?, ?)", [HOSTILE, HOSTILE])
+        conn.execute("INSERT INTO cases (id, op_id, dtype, sample_index, sample) VALUES (?, ?, 'float32', 0, ?)",
+                     [HOSTILE + "|float32|0", HOSTILE, HOSTILE])
+        conn.execute("INSERT INTO results (run_id, case_id, op_id, dtype, status, message) "
+                     "VALUES (?, ?, ?, 'float32', 'error', ?)",
+                     [fake["id"], HOSTILE + "|float32|0", HOSTILE, HOSTILE])
+        conn.execute("UPDATE results SET message = ? WHERE rowid = (SELECT min(rowid) FROM results "
+                     "WHERE op_id = 'histc' AND message IS NOT NULL)", [HOSTILE + " histc failed"])
+        # Declared against what the fake backend does: add works, histc has no kernel.
+        declared = [(release, "add", "float16", "unsupported"), (release, "histc", "float32", "pass"),
+                    (release, "exp", "float32", HOSTILE), ("2.0.0", "add", "float32", "unsupported"),
+                    ("2.0.0", "zeta_only_declared", "float32", "pass")]
+        conn.executemany("INSERT INTO declared (torch_version, device, op_id, dtype, status, source, note) "
+                         "VALUES (?, 'mps', ?, ?, ?, 'test', NULL)", declared)
+    conn.close()
+    return str(path)

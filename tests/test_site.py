@@ -17,7 +17,7 @@ import urllib.parse
 
 import pytest
 
-from mpsprobe.vocabulary import STATUSES, WORKING
+from mpsprobe.vocabulary import STATUS, STATUSES, WORKING
 from mpsprobe.versions import version_key
 from mpsprobe.site import database_name, make_datasette
 
@@ -92,7 +92,8 @@ def test_matrix_shows_every_measured_cell_with_its_status(ds, site_db, db_cells,
         assert matrix_cells(page) == expected
         for status in set(expected.values()):  # the legend counts what is shown
             n = sum(s == status for s in expected.values())
-            assert re.search(rf'st-{status}">{status}</span> <small>{n}</small>', page)
+            symbol = STATUS[status].symbol
+            assert re.search(rf'st-{status}">{re.escape(symbol)} {status}</span> <small>{n}</small>', page)
 
 
 def test_fixture_covers_the_statuses_the_site_colours(site_db, rows):
@@ -279,9 +280,9 @@ def test_status_colours_in_plain_table_views(ds, site_db, rows):
     name = database_name(site_db)
     for status in {r["status"] for r in rows(site_db, "SELECT DISTINCT status FROM results")}:
         page = get(ds, f"/{name}/results?status={status}").text
-        assert f'<span class="st st-{status}">{status}</span>' in page
+        assert f'<span class="st st-{status}">{STATUS[status].symbol} {status}</span>' in page
     page = get(ds, f"/{name}/fallbacks").text
-    assert '<span class="st st-fallback">fallback</span>' in page
+    assert f'<span class="st st-fallback">{STATUS["fallback"].symbol} fallback</span>' in page
 
 
 def test_declared_status_is_a_matrix_choice_and_looks_different(ds, site_db, tmp_path):
@@ -382,3 +383,284 @@ def test_a_hostile_status_from_a_merged_database_is_never_markup(site_db, tmp_pa
         page = get(datasette, page_path).text
         assert "<script>alert(1)</script>" not in page
         assert 'class="st-unknown"' in page or "declared st-unknown" in page
+
+
+# ---------------------------------------------------------------- issue 15: every page, every link
+
+HOSTILE = '<script>alert(1)</script>'  # as conftest's extra_db stores it
+
+
+@pytest.fixture(scope="module")
+def extra(extra_db):
+    datasette = make_datasette(extra_db)
+    asyncio.run(datasette.invoke_startup())
+    return datasette
+
+
+def fetch(ds, path, **headers):
+    async def go():
+        return await ds.client.get(path, headers=headers)
+    return asyncio.run(go())
+
+
+LINK = re.compile(r'(?:href|action)="([^"]*)"')
+
+
+def walk(ds, start, limit=300):
+    """Every page reachable from `start` through the site's own links (up to
+    `limit`), with its response: {path: response}."""
+    seen, queue, found = set(start), list(start), {}
+    while queue and len(found) < limit:
+        path = queue.pop(0)
+        response = fetch(ds, path)
+        found[path] = response
+        if "text/html" not in response.headers.get("content-type", ""):
+            continue
+        for href in LINK.findall(response.text):
+            href = html.unescape(href).split("#")[0]
+            if not href.startswith("/") or href.startswith("//") or href in seen:
+                continue
+            seen.add(href)
+            queue.append(href)
+    return found
+
+
+def test_the_walk_finds_no_server_error_no_markup_and_the_navigation_everywhere(extra, extra_db):
+    name = database_name(extra_db)
+    start = ["/", "/-/grid", "/-/matrix", "/-/compare", "/-/legend", "/-/findings", "/-/check-ops",
+             f"/-/op/{urllib.parse.quote(HOSTILE, safe='')}", "/-/op/nn.functional.interpolate",
+             f"/{name}", f"/{name}/search?q=histc"]
+    pages = walk(extra, start)
+    assert len(pages) > 60
+    for path, response in pages.items():
+        assert response.status_code < 500, (path, response.text[:500])
+        if "text/html" in response.headers.get("content-type", ""):
+            assert HOSTILE not in response.text, path
+            assert 'class="mp-nav"' in response.text, path
+
+
+@pytest.mark.parametrize("path", [
+    "/-/matrix?torch=2.5&os=14&device=mps", "/-/matrix?device=mps", "/-/matrix?run=declared:2.13.0",
+    "/-/matrix?run=declared:", "/-/matrix?run=nope", "/-/matrix?status=%3Cb%3E&op=%25%27%22",
+    "/-/compare?a=zzz&b=%3Cx%3E", "/-/compare?kind=%3Cscript%3E", "/-/grid?page=-3&pass=x&dtype=%27",
+    "/-/grid?status=nope&op=*", "/-/findings?against=%3Cx%3E", "/-/check-ops?ops=%22&run=",
+    "/-/check-ops?ops=%5B1%2C2%5D", "/-/op/%00", "/-/op/..%2F..", "/-/legend.json",
+])
+def test_hostile_and_no_match_parameters_never_fail(extra, path):
+    response = fetch(extra, path)
+    assert response.status_code < 500, response.text[:800]
+    assert "<script>alert" not in response.text and "<x>" not in response.text and "<b>" not in response.text
+
+
+def test_no_match_deep_links_say_what_the_database_has(ds):
+    for path in ("/-/matrix?torch=2.5&os=14&device=mps", "/-/matrix?device=mps"):
+        page = html.unescape(get(ds, path).text)
+        assert "no run matches those filters; the database has:" in page
+        assert 'class="mp-empty"' in page
+    page = html.unescape(get(ds, "/-/matrix?run=declared:2.13.0").text)
+    assert "Nothing is declared for torch 2.13.0 on mps" in page
+
+
+def test_compare_defaults_for_the_oldest_run_to_the_next(ds, site_db, rows):
+    oldest = rows(site_db, "SELECT id FROM runs ORDER BY started LIMIT 1")[0]["id"]
+    data = get(ds, f"/-/compare.json?b={oldest}").json()
+    assert data["b"] == oldest and data["a"] and data["a"] != oldest
+    assert "needs two runs" not in get(ds, f"/-/compare?b={oldest}").text
+
+
+def test_compare_reads_each_run_alone(site_db, fake_runs):
+    """The roll-up of both runs comes from each run's own results, never every run's."""
+    from mpsprobe.db.query import history
+    conn = sqlite3.connect(site_db)
+    plan = " ".join(str(r) for r in conn.execute(
+        "EXPLAIN QUERY PLAN SELECT op_id, dtype FROM results WHERE run_id = ? AND pass = ? "
+        "GROUP BY op_id, dtype", ["x", "forward"]))
+    assert "run_id=?" in plan
+    a, b = (r["id"] for r in fake_runs(site_db)[:2])
+    assert history.changes(conn, a, b) == history.changes(conn, a, b)  # deterministic
+    conn.close()
+
+
+def test_search_matches_word_prefixes_and_survives_any_text(ds, site_db, rows):
+    conv = {r["op_id"] for r in rows(site_db, "SELECT DISTINCT op_id FROM results WHERE op_id LIKE '%conv%'")}
+    assert conv
+    for q in ("conv", "conv*", "CONV"):
+        assert conv <= {r["op_id"] for r in query_json(ds, site_db, "search", q=q)}
+    page = html.unescape(get(ds, f"/{database_name(site_db)}/search?q=%22").text)
+    assert "No match for" in page and "syntax error" not in page
+
+
+def test_canned_queries_say_when_they_stop_at_the_row_limit(site_db):
+    datasette = make_datasette(site_db)
+    datasette.max_returned_rows = 2
+    name = database_name(site_db)
+    page = get(datasette, f"/{name}/first_pass_version").text
+    assert "mp-truncated" in page and "row limit" in page
+    assert get(datasette, f"/{name}/first_pass_version.json").json()["truncated"] is True
+
+
+def test_a_name_with_variants_points_to_them(extra):
+    response = fetch(extra, "/-/op/nn.functional.interpolate")
+    assert response.status_code == 200
+    for variant in ("nn.functional.interpolate.bilinear", "nn.functional.interpolate.nearest"):
+        assert f'href="/-/op/{variant}"' in response.text
+    missing = fetch(extra, "/-/op/conv")
+    assert missing.status_code == 404 and 'class="mp-nav"' in missing.text
+
+
+def test_every_custom_page_has_json(ds, site_db, db_cells, fake_runs):
+    run = fake_runs(site_db)[-1]["id"]
+    data = get(ds, f"/-/matrix.json?run={run}").json()
+    assert {(r["op_id"], d): s for r in data["rows"] for d, s in r["cells"].items()} == \
+        db_cells(site_db, run)
+    op = get(ds, "/-/op/add.json").json()
+    assert op["op_id"] == "add" and op["history"]
+    assert "changes" in get(ds, "/-/compare.json").json()
+    for path in ("/-/grid.json", "/-/legend.json", "/-/findings.json", "/-/check-ops.json?ops=add"):
+        assert get(ds, path).headers["content-type"].startswith("application/json")
+
+
+def test_check_ops_takes_the_dtype_of_a_pasted_list_and_reads_bare_names(ds):
+    data = get(ds, "/-/check-ops.json?ops=add%0Aexp,histc&dtype=float16").json()
+    ops = data["report"]["ops"]
+    assert ops and {o["dtype"] for o in ops} == {"float16"}
+    assert data["read_as"]["add"] and all(n.startswith("aten::add.") for n in data["read_as"]["add"])
+    assert all(o["class"] != "unknown" or "float16" not in o["note"] for o in ops
+               if o["aten_op"].startswith("aten::add."))
+    page = get(ds, "/-/check-ops?ops=add&dtype=float32").text
+    assert "ops ops" not in page and "Your list" in page
+
+
+def test_findings_link_their_ops(extra, extra_db, rows):
+    fake = rows(extra_db, "SELECT id FROM runs WHERE device = 'fake-mps' ORDER BY torch_version_key DESC")[0]
+    page = get(extra, f"/-/findings?run={fake['id']}&against=mps").text
+    linked = set(re.findall(r'<th><a href="/-/op/([^"]+)">', page))
+    assert {"add", "histc"} <= linked
+
+
+def test_legend_defines_every_status_and_reason_kind(ds):
+    from mpsprobe.vocabulary import REASON_KIND
+    page = html.unescape(get(ds, "/-/legend").text)
+    for status in STATUSES:
+        assert f"{STATUS[status].symbol} {status}" in page and STATUS[status].meaning in page
+    for kind in REASON_KIND.values():
+        assert kind.label in page and kind.meaning in page
+    assert "not measured" in page
+
+
+def test_home_page_lists_the_canned_queries(ds, site_db):
+    page = get(ds, "/").text
+    for name in ("fallbacks", "unsupported_for_dtype", "first_pass_version", "search", "check_ops"):
+        assert f'href="/{database_name(site_db)}/{name}"' in page
+
+
+def test_error_pages_keep_the_navigation(ds):
+    for path in ("/-/op/no_such_op", "/no_such_database", "/-/no-such-page"):
+        response = fetch(ds, path)
+        assert response.status_code == 404 and 'class="mp-nav"' in response.text
+        assert 'href="/-/grid"' in response.text and 'href="/-/legend"' in response.text
+
+
+def test_every_status_cell_carries_its_symbol(ds, extra):
+    for d, path in ((ds, "/-/matrix"), (ds, "/-/op/exp"), (ds, "/-/grid"), (extra, "/-/op/add"),
+                    (ds, "/-/compare")):
+        page = get(d, path).text
+        cells = re.findall(r'<td class="(?:declared )?st-(\w+)[^"]*">(?:<a [^>]*>)?([^<]*)', page)
+        assert cells, path
+        for status, text in cells:
+            assert text.startswith(STATUS[status].symbol), (path, status, text)
+
+
+def test_declared_cells_on_the_op_page_are_coloured_and_hatched(extra):
+    page = get(extra, "/-/op/add").text
+    assert re.search(r'<td class="declared st-(pass|unsupported)">', page)
+    css = get(extra, "/mpsprobe-static/site.css").text
+    assert 'table.mp-plain td[class*="st-"]' in css and "td.declared" in css
+
+
+def test_pages_are_gzipped(ds):
+    response = fetch(ds, "/-/matrix", **{"accept-encoding": "gzip"})
+    assert response.headers["content-encoding"] == "gzip"
+    assert response.num_bytes_downloaded < len(response.content)
+    assert "<table" in response.text
+    plain = fetch(ds, "/-/matrix", **{"accept-encoding": "identity"})
+    assert "content-encoding" not in plain.headers
+
+
+@pytest.mark.parametrize("sql", ["select randomblob(1000000000)",
+                                 "select printf('%.*c', 2000000000, 'x')",
+                                 "select format('%2000000000c', 'x')",
+                                 "select length(zeroblob(2000000000))"])
+def test_arbitrary_sql_cannot_build_huge_values(ds, site_db, sql):
+    import time
+    started = time.perf_counter()
+    response = fetch(ds, f"/{database_name(site_db)}.json?" + urllib.parse.urlencode({"sql": sql}))
+    assert response.status_code == 400 and time.perf_counter() - started < 2
+    ok = fetch(ds, f"/{database_name(site_db)}.json?" + urllib.parse.urlencode(
+        {"sql": "select printf('%5.2f|%s', 3.14159, 'x') AS v", "_shape": "array"}))
+    assert ok.json() == [{"v": " 3.14|x"}]
+
+
+def test_grid_has_a_column_per_torch_version_and_a_row_per_op(ds, site_db, rows):
+    data = get(ds, "/-/grid.json").json()
+    runs = rows(site_db, "SELECT DISTINCT device, torch_version FROM runs")
+    assert len(data["columns"]) == len(runs)
+    ops = {r["op_id"] for r in rows(site_db, "SELECT DISTINCT op_id FROM results WHERE pass = 'forward'")}
+    assert {r["op_id"] for r in data["rows"]} == ops
+    from mpsprobe.vocabulary import worst
+    cases = {}
+    for r in rows(site_db, "SELECT run_id, op_id, status FROM results WHERE pass = 'forward'"):
+        cases.setdefault((r["run_id"], r["op_id"]), []).append(r["status"])
+    for row in data["rows"]:
+        for col, cell in zip(data["columns"], row["cells"]):
+            statuses = cases.get((col["run_id"], row["op_id"]))
+            if not statuses:
+                assert cell is None
+                continue
+            assert cell["status"] == worst(statuses) and cell["n"] == len(statuses)
+            assert cell["k"] == sum(s in WORKING for s in statuses)
+
+
+def test_grid_filters_and_links(ds, site_db):
+    page = get(ds, "/-/grid?op=hist").text
+    ops = set(re.findall(r'<th class="mp-op"><a href="/-/op/([^"]+)">', page))
+    assert ops == {"histc"}
+    data = get(ds, "/-/grid.json?dtype=float16&status=unsupported").json()
+    assert data["rows"] and all(any(c and c["status"] == "unsupported" for c in r["cells"])
+                                for r in data["rows"])
+    page = get(ds, "/-/grid?op=histc&dtype=float32").text
+    assert "/cell_cases?run_id=" in html.unescape(page)
+    assert get(ds, "/-/grid.json?pass=backward").json()["rows"] == []
+
+
+def test_grid_shows_partial_support_reasons_ranges_and_declared_cells(extra, extra_db):
+    page = html.unescape(get(extra, "/-/grid").text)
+    assert re.search(r"\d+ of \d+</small>", page)
+    assert "since " in page or "until " in page
+    assert "declared, not measured" in page and 'declared"><a' in page
+    data = get(extra, "/-/grid.json?op=zeta_only_declared").json()
+    assert data["rows"][0]["cells"] and any(c and c["declared_only"] for c in data["rows"][0]["cells"])
+
+
+def test_op_page_has_history_per_pass_messages_and_workarounds(extra, extra_db, rows):
+    page = html.unescape(get(extra, "/-/op/histc").text)
+    assert "forward pass" in page and "Messages seen" in page
+    assert "Declared vs measured, per release" in page
+    bad = rows(extra_db, "SELECT 1 FROM results WHERE op_id = 'histc' AND status IN ('unsupported', 'fallback')")
+    if bad:
+        assert "Workarounds" in page and "source</a>" in page
+
+
+def test_suggestions_are_sourced_and_fit_the_failure():
+    from mpsprobe import suggestions
+    from mpsprobe.vocabulary import FALLBACK, PASS, UNSUPPORTED
+    cast = suggestions.for_case("add", UNSUPPORTED, "dtype", "float64")
+    assert suggestions.CAST_FLOAT32 in cast
+    switch = suggestions.for_case("histc", UNSUPPORTED, "no_kernel", "float32")
+    assert suggestions.FALLBACK_SWITCH in switch
+    macos = suggestions.for_case("x", UNSUPPORTED, "macos_version", "float32", min_macos="14.0")
+    assert "14.0" in macos[0].text
+    assert suggestions.for_case("x", FALLBACK, "cpu_fallback", "float32")
+    assert suggestions.for_case("x", PASS, None, "float32") == []
+    for s in (suggestions.CAST_FLOAT32, suggestions.FALLBACK_SWITCH, suggestions.ON_CPU):
+        assert s.source.startswith("https://")

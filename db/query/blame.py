@@ -159,3 +159,10 @@ def timing(ev):
 def other_dtypes(found, op, dtype):
     """The dtypes, other than `dtype`, in which `op` was probed."""
     return sorted(d for (o, d) in found if o == op and d != dtype)
+
+
+def aten_names(conn, run_id):
+    """Every aten op name one run's cases dispatched."""
+    return {r[0] for r in conn.execute(
+        "SELECT DISTINCT je.value FROM results, json_each(results.aten_ops) AS je "
+        "WHERE results.run_id = ? AND results.aten_ops IS NOT NULL", [run_id])}

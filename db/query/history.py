@@ -5,6 +5,7 @@
 """
 from mpsprobe.versions import sort_key
 from mpsprobe.vocabulary import FORWARD, PASS_COLUMN, RANK, WORKING
+from mpsprobe.db.views import worst_status
 from . import rows, view
 from .runs import VIRTUAL_MACHINE
 
@@ -90,21 +91,22 @@ def change_kind(before, after):
     return "changed"
 
 
+def statuses(conn, run_id, pass_=FORWARD):
+    """{(op, dtype): worst status} of one run, straight from its results (the
+    primary key's run_id prefix): one run's roll-up, never every run's."""
+    found = conn.execute(f"""
+        SELECT op_id, dtype, {worst_status()} FROM results
+        WHERE run_id = ? AND {PASS_COLUMN} = ? GROUP BY op_id, dtype""", [run_id, pass_])
+    return {(op, dtype): status for op, dtype, status in found}
+
+
 def changes(conn, run_a, run_b, pass_=FORWARD):
     """The (op, dtype) cells whose status differs between two runs, regressions
     first, then fixes, changes, additions and removals; op and dtype order within."""
-    found = rows(conn, f"""
-        WITH s AS (SELECT * FROM {view(conn, "op_dtype_status")}),
-             a AS (SELECT op_id, dtype, status FROM s
-                   WHERE run_id = :a AND {PASS_COLUMN} = :which_pass),
-             b AS (SELECT op_id, dtype, status FROM s
-                   WHERE run_id = :b AND {PASS_COLUMN} = :which_pass)
-        SELECT a.op_id, a.dtype, a.status AS status_a, b.status AS status_b
-        FROM a LEFT JOIN b USING (op_id, dtype) WHERE b.status IS NOT a.status
-        UNION ALL
-        SELECT b.op_id, b.dtype, NULL, b.status
-        FROM b LEFT JOIN a USING (op_id, dtype) WHERE a.status IS NULL
-        ORDER BY 1, 2""", {"a": run_a, "b": run_b, "which_pass": pass_})
+    a, b = statuses(conn, run_a, pass_), statuses(conn, run_b, pass_)
+    found = [{"op_id": op, "dtype": dtype, "status_a": a.get((op, dtype)),
+              "status_b": b.get((op, dtype))}
+             for op, dtype in sorted(a.keys() | b.keys()) if a.get((op, dtype)) != b.get((op, dtype))]
     for row in found:
         row["kind"] = change_kind(row["status_a"], row["status_b"])
     found.sort(key=lambda c: CHANGE_KINDS.index(c["kind"]))  # stable: op, dtype within a kind
@@ -114,8 +116,10 @@ def changes(conn, run_a, run_b, pass_=FORWARD):
 def previous_run(runs, run):
     """The run to compare `run` with by default: the newest older one on the same
     device, else the newest older one. `runs`: list_runs()' list."""
-    older = sorted((r for r in runs if r["id"] != run["id"]
-                    and (r["started"] or "") <= (run["started"] or "")),
+    others = [r for r in runs if r["id"] != run["id"]]
+    older = sorted((r for r in others if (r["started"] or "") <= (run["started"] or "")),
                    key=lambda r: r["started"] or "", reverse=True)
     same = [r for r in older if r["device"] == run["device"]]
-    return (same or older or [None])[0]
+    # The oldest run has none older: compare it with the one recorded after it.
+    newer = sorted((r for r in others if r not in older), key=lambda r: r["started"] or "")
+    return (same or older or newer or [None])[0]

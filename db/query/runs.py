@@ -55,12 +55,13 @@ def machine_kind_sql(alias="runs"):
 
 
 def list_runs(conn, with_results_only=False):
-    """Every run, best first by the default order, each with n_results."""
+    """Every run, best first by the default order, each with has_results (1 or 0:
+    an index probe, not a count, so a page listing runs stays fast)."""
     found = rows(conn, """
-        SELECT runs.*, (SELECT count(*) FROM results WHERE run_id = runs.id) AS n_results
+        SELECT runs.*, EXISTS (SELECT 1 FROM results WHERE run_id = runs.id) AS has_results
         FROM runs""")
     if with_results_only:
-        found = [r for r in found if r["n_results"]]
+        found = [r for r in found if r["has_results"]]
     # Stable sorts, last key first: newest run, newest torch, then the device's rank.
     found.sort(key=lambda r: r.get("started") or "", reverse=True)
     found.sort(key=lambda r: r.get("torch_version_key") or "", reverse=True)
@@ -83,7 +84,7 @@ def describe(run):
 
 
 def pick_run(conn, run_id=None, torch=None, macos=None, os=None, device=None, source=None):
-    """The run to answer from, as a dict (a runs-table row and n_results). Raises RunNotFound."""
+    """The run to answer from, as a dict (a runs-table row and has_results). Raises RunNotFound."""
     every = list_runs(conn)
     if run_id:
         found = [r for r in every if r["id"] == run_id] or \
@@ -92,7 +93,7 @@ def pick_run(conn, run_id=None, torch=None, macos=None, os=None, device=None, so
             raise RunNotFound(f"no run {run_id!r} in the database" if not found
                               else f"run id {run_id!r} is ambiguous: give more of it")
         return found[0]
-    measured = [r for r in every if r["n_results"]]
+    measured = [r for r in every if r["has_results"]]
     if not measured:
         raise RunNotFound("the database holds no probe results: run `mpsprobe run` first")
     wanted = [r for r in measured

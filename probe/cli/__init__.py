@@ -26,6 +26,7 @@ COMMANDS = {
     "check": "mpsprobe.cli.check:check",
     "declared": "mpsprobe.cli.declared:declared",
     "findings": "mpsprobe.cli.findings:findings",
+    "ops": "mpsprobe.cli.ops:ops",
 }
 
 

@@ -32,10 +32,45 @@ def precision_line(mode_names):
     return "precision: full (no reduced-precision mode on)"
 
 
-def run_summary(run):
+def plan_line(device, ops, dtypes, samples, db_path, shard=None, torch_spec="current",
+              backend=None):
+    """`run`'s first line, printed before torch loads: the target and what will run."""
+    target = f"test backend {backend}" if backend else f"device {device}"
+    torch_part = "" if torch_spec in (None, "current") else f", torch {torch_spec}"
+    shard_part = f", shard {shard}" if shard else ""
+    return (f"mpsprobe run: {target}{torch_part}; ops {ops or 'all'}; dtypes {dtypes or 'all on the CPU'}; "
+            f"{samples} samples per (op, dtype){shard_part}; recording into {db_path}")
+
+
+def bar_line(progress, counts):
+    """Beside the bar (which counts cases): the pairs done, then the statuses so far."""
+    pairs = f"{progress['pairs']}/{progress['total_pairs']} pairs"
+    seen = counts_line(counts)
+    return f"{pairs}  {seen}" if seen else pairs
+
+
+def clear_bar(bar):
+    """Close a click progress bar and wipe its line, so the summary starts clean."""
+    bar.render_finish = lambda: None      # no final newline under the bar
+    bar.__exit__(None, None, None)
+    if getattr(bar.file, "isatty", lambda: False)():
+        bar.file.write("\r\033[2K")
+        bar.file.flush()
+
+
+def elapsed_text(seconds):
+    minutes, secs = divmod(int(round(seconds)), 60)
+    hours, minutes = divmod(minutes, 60)
+    if hours:
+        return f"{hours} h {minutes:02d} min"
+    return f"{minutes} min {secs:02d} s" if minutes else f"{seconds:.1f} s"
+
+
+def run_summary(run, elapsed=None):
     """`run`'s closing lines for a finished Run."""
     data = run.to_json()
-    lines = [f"run {run.id}: {run.total} cases in {run.pairs} (op, dtype) pairs, "
+    took = f" in {elapsed_text(elapsed)}" if elapsed is not None else ""
+    lines = [f"run {run.id}: {run.total} cases in {run.pairs} (op, dtype) pairs{took}, "
              f"torch {data['torch']}, {data['device']} ({data['device_name']})"]
     width = max(len(s) for s in STATUSES)
     lines += [f"  {s:<{width}}  {run.counts[s]:>7}" for s in STATUSES if run.counts.get(s)]
@@ -162,4 +197,19 @@ def bench_summary(result):
                  f"({env.get('device_name')}) against the CPU ({env.get('cpu_threads')} threads), "
                  f"torch {env.get('torch_version')}, {result.wall_s:.1f} s")
     lines.append(f"recorded as run {result.run_id} in {result.db_path}")
+def ops_table(found, statuses=None, run=None):
+    """`ops`: one line per op: id, aten name, dtypes, and its status when a database is given."""
+    from mpsprobe.vocabulary import STATUS
+    width = max(len(r["op"]) for r in found)
+    aten = max(len(r["aten_name"]) for r in found)
+    lines = []
+    for r in found:
+        line = f"{r['op']:<{width}}  {r['aten_name']:<{aten}}  {','.join(r['dtypes'])}"
+        if statuses is not None:
+            status = statuses.get(r["op"])
+            mark = f"{STATUS[status].symbol} {status}" if status in STATUS else "- not in the run"
+            line = f"{mark:<14} {line}"
+        lines.append(line)
+    lines.append(f"{len(found)} ops" + (f"; statuses from run {run['id'][:12]} "
+                                       f"({run['device']}, torch {run['torch_version']})" if run else ""))
     return lines

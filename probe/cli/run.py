@@ -51,9 +51,16 @@ def run(db_path, device, ops, dtypes, samples, timing, workers, timeout, mps_fal
         mpsprobe run --device cuda --no-timing --db cuda.db
         mpsprobe run --torch 2.5.1 --ops add --db history.db
     """
+    import time
+    # The first line names the target and what will run, before any heavy import.
+    click.echo(output.plan_line(device, ops, dtypes, samples, db_path, shard, torch_spec,
+                                backend), err=True)
+    click.echo("loading the op catalogue (torch and its OpInfo database) …", err=True)
     import mpsprobe
     counts = dict.fromkeys(STATUSES, 0)
+    began = time.monotonic()
     bar = started = None
+    progress = {"pairs": 0, "total_pairs": 0, "cases": 0, "expected": {}}
 
     def on_start(run, todo):
         nonlocal bar, started
@@ -62,16 +69,23 @@ def run(db_path, device, ops, dtypes, samples, timing, workers, timeout, mps_fal
         if run.resumed:
             click.echo(f"resuming run {run.id}: {run.pairs - len(todo)} of {run.pairs} "
                        "(op, dtype) pairs already done", err=True)
-        bar = click.progressbar(length=len(todo), label=f"{len(todo)} pairs", file=sys.stderr,
+        # One unit on the bar, cases: each pair is expected to give `samples`
+        # cases, and the bar is set right when a pair gives fewer.
+        progress["total_pairs"] = len(todo)
+        bar = click.progressbar(length=len(todo) * samples, label="cases", file=sys.stderr,
                                 show_pos=True, show_eta=True,
-                                item_show_func=lambda _: output.counts_line(counts))
+                                item_show_func=lambda _: output.bar_line(progress, counts))
         bar.__enter__()
 
     def on_case(pair, index, result):
         counts[result["status"]] += 1
+        progress["cases"] += 1
+        bar.update(1)
 
     def on_pair(pair, n):
-        bar.update(1)
+        progress["pairs"] += 1
+        if n < samples:
+            bar.update(samples - n)
     try:
         run = mpsprobe.probe(ops, dtypes, device, samples, db_path, timing=timing, workers=workers,
                              timeout=timeout, mps_fallback=mps_fallback, shard=shard,
@@ -85,8 +99,9 @@ def run(db_path, device, ops, dtypes, samples, timing, workers, timeout, mps_fal
         sys.exit(130)
     finally:
         if bar is not None:
-            bar.__exit__(None, None, None)
+            output.clear_bar(bar)
+    elapsed = time.monotonic() - began
     if as_json:
-        click.echo(output.as_json(run.to_json()))
+        click.echo(output.as_json(dict(run.to_json(), elapsed_s=round(elapsed, 1))))
     else:
-        click.echo("\n".join(output.run_summary(run)))
+        click.echo("\n".join(output.run_summary(run, elapsed)))

@@ -13,7 +13,7 @@ PAGE = """{% extends "base.html" %}
 {% block title %}Findings — mpsprobe{% endblock %}
 {% block content %}
 <h1>Declared vs measured</h1>
-<form action="" method="get">
+<form class="mp-form" action="" method="get">
 <label>Run <select name="run">{% for r in runs %}<option value="{{ r.id }}"{% if run and r.id == run.id %} selected{% endif %}>torch {{ r.torch_version }} · {{ r.device }} · {{ (r.started or '')[:16] }}</option>{% endfor %}</select></label>
 <label>against <select name="against">{% for d in ('', 'mps', 'cuda') %}<option value="{{ d }}"{% if d == against %} selected{% endif %}>{{ d or "the run's device" }}</option>{% endfor %}</select></label>
 <button type="submit">Compare</button></form>
@@ -25,12 +25,12 @@ Agreement of measured support with the declaration:
 {% for kind, title, why, rows in sections %}
 <h2>{{ title }} ({{ rows|length }})</h2><p>{{ why }}</p>
 {% if rows %}<table class="mp-plain"><thead><tr><th>op</th><th>dtype</th><th>declared</th><th>measured</th><th>why</th></tr></thead><tbody>
-{% for f in rows %}<tr><th>{{ f.op_id }}</th><td>{{ f.dtype }}</td><td class="{{ status_class(f.declared) }}">{{ f.declared }}</td><td class="{{ status_class(f.measured) }}">{{ f.measured }}</td><td>{{ f.explanation }}</td></tr>
+{% for f in rows %}<tr><th><a href="{{ op_base }}{{ f.op_id|urlencode }}">{{ f.op_id }}</a></th><td>{{ f.dtype }}</td><td class="{{ status_class(f.declared) }}">{{ status_symbol(f.declared) }} {{ f.declared }}</td><td class="{{ status_class(f.measured) }}">{{ status_symbol(f.measured) }} {{ f.measured }}</td><td>{{ f.explanation }}</td></tr>
 {% endfor %}</tbody></table>{% endif %}
 {% endfor %}
 <h2>Support disagreements ({{ disagreements|length }})</h2>
 {% if disagreements %}<table class="mp-plain"><thead><tr><th>op</th><th>dtype</th><th>declared</th><th>measured</th><th>source</th></tr></thead><tbody>
-{% for f in disagreements %}<tr><th>{{ f.op_id }}</th><td>{{ f.dtype }}</td><td class="{{ status_class(f.declared) }}">{{ f.declared }}</td><td class="{{ status_class(f.measured) }}">{{ f.measured }}</td><td>{{ f.source }}</td></tr>
+{% for f in disagreements %}<tr><th><a href="{{ op_base }}{{ f.op_id|urlencode }}">{{ f.op_id }}</a></th><td>{{ f.dtype }}</td><td class="{{ status_class(f.declared) }}">{{ status_symbol(f.declared) }} {{ f.declared }}</td><td class="{{ status_class(f.measured) }}">{{ status_symbol(f.measured) }} {{ f.measured }}</td><td>{{ f.source }}</td></tr>
 {% endfor %}</tbody></table>{% endif %}
 {% endif %}
 {% endblock %}"""
@@ -43,7 +43,9 @@ async def findings_page(datasette, request):
     against = request.args.get("against") or ""
     if wanted and wanted not in {r["id"] for r in runs}:
         raise NotFound(f"no run {wanted}")
-    context = {"runs": runs, "run": None, "against": against, "problem": None}
+    context = {"runs": runs, "run": None, "against": against, "problem": None,
+               "op_base": datasette.urls.path("/-/op/")}
+    report = None
     try:
         report = await ask(db, findings.report, wanted, against or None)
     except runs_q.RunNotFound as e:
@@ -63,9 +65,10 @@ async def findings_page(datasette, request):
             sections=[(k.name, k.title, k.why, [f for f in report["findings"] if f["kind"] == k.name])
                       for k in findings.KINDS if k.name != "composite_passes" or device == "mps"])
     template = datasette.jinja_env.from_string(PAGE)
-    return await render(datasette, request, template, context)
+    return await render(datasette, request, template, context,
+                        data=report or {"problem": context["problem"]})
 
 
 @hookimpl
 def register_routes():
-    return [(r"^/-/findings$", findings_page)]
+    return [(r"^/-/findings(\.json)?$", findings_page)]

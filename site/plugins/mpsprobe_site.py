@@ -13,15 +13,16 @@ from datasette.utils.asgi import NotFound
 from markupsafe import Markup
 
 from mpsprobe.db import query
-from mpsprobe.db.query import declared as declared_q, history, matrix, runs as runs_q, speed as speed_q
+from mpsprobe import suggestions
+from mpsprobe.db.query import (declared as declared_q, history, matrix, op as op_q,
+                               runs as runs_q, speed as speed_q)
+from mpsprobe.db.query.op import order_dtypes
 from mpsprobe.db.views import inline_missing, quoted
-from mpsprobe.site.common import (ask, cases_url, get_database, op_url, render, run_label,
-                                  status_badge, status_class, template_vars, url)
+from mpsprobe.site import limits
+from mpsprobe.site.common import (ask, cached, cases_url, get_database, op_url, reason_label, render,
+                                  run_label, status_badge, status_class, status_symbol,
+                                  template_vars, url)
 from mpsprobe.vocabulary import FALLBACK, STATUSES, UNSUPPORTED, is_status
-
-# The canonical column order of the matrix; dtypes not listed follow, sorted.
-DTYPE_ORDER = ("bool", "uint8", "int8", "int16", "int32", "int64", "float16", "bfloat16",
-               "float32", "float64", "complex32", "complex64", "complex128")
 
 # ---------------------------------------------------------------------------- canned queries
 
@@ -119,12 +120,13 @@ ORDER BY w.op_id, s.dtype, s.pass""",
     "search": {
         "title": "Search ops, aten ops and error messages",
         "description": "Full-text search over op names, the aten ops they dispatch, "
-                       "fallbacks and error messages.",
+                       "fallbacks and error messages. Each word matches as a prefix "
+                       "(conv finds conv2d); quotes and operators are ignored.",
         "sql": """
 SELECT r.op_id, r.dtype, r.status, r.aten_op, r.fallback_ops, r.message, r.run_id,
        r.case_id, r.pass
 FROM results_fts JOIN results r ON r.rowid = results_fts.rowid
-WHERE :q != '' AND results_fts MATCH escape_fts(:q)
+WHERE mpsprobe_fts(:q) != '' AND results_fts MATCH mpsprobe_fts(:q)
 ORDER BY rank LIMIT 500""",
     },
 }
@@ -149,11 +151,6 @@ ORDER BY 1 DESC, 3, 4 LIMIT 500"""
 # ---------------------------------------------------------------------------- helpers
 
 
-def order_dtypes(dtypes):
-    known = [d for d in DTYPE_ORDER if d in dtypes]
-    return known + sorted(set(dtypes) - set(known))
-
-
 def op_pattern(text):
     """A LIKE pattern from the op filter: a glob if it has * or ?, else a substring."""
     text = (text or "").strip()
@@ -166,7 +163,8 @@ def op_pattern(text):
 
 def matrix_row(op_id, href, cells):
     """One matrix row as HTML. Built here, not in Jinja: async Jinja costs ~40 µs a
-    cell, which on a full sweep (9,000 cells) is most of the page's time."""
+    cell, which on a full sweep (9,000 cells) is most of the page's time. A cell
+    shows its status's symbol (the word is in the title and the legend)."""
     esc = html.escape
     parts = [f'<tr><th class="mp-op"><a href="{esc(href)}">{esc(op_id)}</a></th>']
     for cell in cells:
@@ -175,22 +173,30 @@ def matrix_row(op_id, href, cells):
         else:
             status, link, title = cell
             parts.append(f'<td class="{status_class(status)}"><a href="{esc(link)}" '
-                         f'title="{esc(title)}">{esc(str(status))}</a></td>')
+                         f'title="{esc(title)}">{status_symbol(status)}</a></td>')
     parts.append("</tr>")
     return "".join(parts)
 
 
 def _picked(conn, args):
-    """The run a page shows: ?run=ID, or the run picker's default under ?torch=&os=&device=."""
+    """(run, problem): the run a page shows (?run=ID, or the run picker's default
+    under ?torch=&os=&device=), or None and the picker's one line on why not."""
     try:
         return runs_q.pick_run(conn, run_id=args.get("run") or None, torch=args.get("torch"),
-                               os=args.get("os"), device=args.get("device"))
-    except runs_q.RunNotFound:
-        return None
+                               os=args.get("os"), device=args.get("device")), None
+    except runs_q.RunNotFound as e:
+        return None, str(e)
+
+
+def parse_declared(choice):
+    """'declared:TORCH[:DEVICE]' -> (torch, device); device defaults to mps."""
+    parts = choice.split(":")
+    return (parts[1] if len(parts) > 1 else ""), (parts[2] if len(parts) > 2 and parts[2] else "mps")
 
 # ---------------------------------------------------------------------------- pages
 
 
+@cached
 async def matrix_page(datasette, request):
     db = get_database(datasette)
     args = request.args
@@ -199,14 +205,20 @@ async def matrix_page(datasette, request):
     choice = args.get("run", "")
     op_like = op_pattern(args.get("op"))
     wanted = [s for s in args.getlist("status") if is_status(s)]
-    run = declared = None
+    run = declared = problem = None
     if choice.startswith("declared:"):
-        _, torch, device = choice.split(":", 2)
+        torch, device = parse_declared(choice)
         declared = {"torch_version": torch, "device": device}
         rows = await ask(db, declared_q.matrix, torch, device, op_like)
+        if not rows and not op_like:
+            have = ", ".join(f"declared:{d['torch_version']}:{d['device']}" for d in declared_choices)
+            problem = (f"Nothing is declared for torch {torch} on {device}."
+                       + (f" Declared: {have}." if have else " This database holds no declarations."))
+            declared = None
     else:
-        run = await ask(db, _picked, {"run": choice, "torch": args.get("torch", ""),
-                                      "os": args.get("os", ""), "device": args.get("device", "")})
+        run, problem = await ask(db, _picked, {"run": choice, "torch": args.get("torch", ""),
+                                               "os": args.get("os", ""),
+                                               "device": args.get("device", "")})
         rows = await ask(db, matrix.cells, run["id"], op_like) if run else []
     cells, dtypes = {}, set()
     for row in rows:
@@ -217,11 +229,11 @@ async def matrix_page(datasette, request):
     # Cell links share one prefix: built once, not per cell (9,000 cells on a full sweep).
     if run:
         prefix = cases_url(datasette, db, run["id"], "", "") + "&op_id="
-    else:
+    elif declared:
         prefix = url(datasette, f"/{db.name}/declared", torch_version=declared["torch_version"],
                      device=declared["device"]) + "&op_id="
     quote = urllib.parse.quote
-    table = []
+    table, data = [], []
     for op_id in sorted(cells):
         by_dtype = cells[op_id]
         if wanted and not any(c["status"] in wanted for c in by_dtype.values()):
@@ -233,48 +245,75 @@ async def matrix_page(datasette, request):
             if cell is None:
                 row_cells.append(None)
                 continue
-            totals[cell["status"]] = totals.get(cell["status"], 0) + 1
+            status = cell["status"]
+            totals[status] = totals.get(status, 0) + 1
             if run:
                 tally = ", ".join(f"{cell['n_' + s]} {s}" for s in STATUSES if cell["n_" + s])
-                title = f"{op_id} {dtype}: {cell['status']} ({tally})"
+                title = f"{dtype}: {status} ({tally})"
             else:
-                title = f"{op_id} {dtype}: declared {cell['status']} ({cell['source'] or ''})"
-            row_cells.append((cell["status"], op_prefix + quote(dtype), title))
+                title = f"{dtype}: declared {status} ({cell['source'] or ''})"
+            row_cells.append((status, op_prefix + quote(dtype), title))
         table.append(matrix_row(op_id, op_url(datasette, op_id), row_cells))
+        data.append({"op_id": op_id, "cells": {d: by_dtype[d]["status"] for d in dtypes
+                                               if d in by_dtype}})
     return await render(datasette, request, "mpsprobe_matrix.html", {
         "title": "Compatibility matrix", "db": db.name, "runs": runs, "run": run,
         "run_label": run_label, "declared": declared, "declared_choices": declared_choices,
         "choice": choice or (run["id"] if run else ""), "op_filter": args.get("op", ""),
         "wanted": wanted, "dtypes": dtypes, "table": table, "totals": totals,
-        "table_html": Markup("\n".join(table)),
+        "problem": problem, "table_html": Markup("\n".join(table)),
         "compare_url": url(datasette, "/-/compare", b=run["id"]) if run else None,
-    })
+    }, data={"run": run, "declared": declared, "problem": problem, "dtypes": dtypes,
+             "totals": totals, "rows": data})
 
 
+async def variants_page(datasette, request, op_id, variants):
+    links = [(v, op_url(datasette, v)) for v in variants]
+    return await render(datasette, request, "mpsprobe_variants.html", {
+        "title": op_id, "op_id": op_id, "variants": links},
+        data={"op_id": op_id, "variants": variants})
+
+
+@cached
 async def op_page(datasette, request):
     db = get_database(datasette)
     op_id = urllib.parse.unquote(request.url_vars["op_id"])
-    op = await ask(db, matrix.op, op_id)
-    configurations = await ask(db, history.op_history, op_id)
-    declared = await ask(db, declared_q.for_op, op_id)
+    page = await ask(db, op_q.op_page, op_id)
     speed = await op_speed(datasette, db, op_id)
-    if not op and not configurations and not declared and not speed:
-        raise NotFound(f"no op {op_id} in this database")
-    dtypes = order_dtypes({d for c in configurations for d in c["cells"]}
-                          | {d["dtype"] for d in declared})
-    rows = [{
-        "label": run_label(c["run"]),
-        "matrix_url": url(datasette, "/-/matrix", run=c["run"]["id"], op=op_id),
-        "cells": [(c["cells"].get(d), cases_url(datasette, db, c["run"]["id"], op_id, d))
-                  for d in dtypes],
-    } for c in configurations]
+    if page is None and not speed:
+        variants = await ask(db, op_q.variants, op_id)
+        if variants:
+            return await variants_page(datasette, request, op_id, variants)
+        similar = await ask(db, op_q.similar, op_id)
+        hint = f"; did you mean {', '.join(similar)}?" if similar else ""
+        raise NotFound(f"no op {op_id} in this database{hint}")
+    page = page or op_q.EMPTY_PAGE
+    dtypes = page["dtypes"]
+    passes = []
+    for pass_, configurations in page["history"].items():
+        passes.append({"name": pass_, "rows": [{
+            "label": run_label(c["run"]),
+            "matrix_url": url(datasette, "/-/matrix", run=c["run"]["id"], op=op_id),
+            "cells": [(c["cells"].get(d), cases_url(datasette, db, c["run"]["id"], op_id, d))
+                      for d in dtypes],
+        } for c in configurations]})
+    messages = [dict(m, reason_label=reason_label(m["reason_kind"]),
+                     suggestions=suggestions.for_case(op_id, m["status"], m["reason_kind"],
+                                                      m["dtype"], m["message"], m["min_macos"]))
+                for m in page["messages"]]
+    advice = suggestions.unique(s for m in messages for s in m["suggestions"])
     return await render(datasette, request, "mpsprobe_op.html", {
-        "title": op_id, "db": db.name, "op": op, "op_id": op_id,
-        "dtypes": dtypes, "history": rows, "declared": declared, "speed": speed,
-        "firsts": await ask(db, history.firsts, op_id),
-        "notes": await ask(db, history.notes, op_id),
+        "title": op_id, "db": db.name, "op": page["op"], "op_id": op_id, "dtypes": dtypes,
+        "passes": passes, "declared": page["declared"], "releases": page["releases"],
+        "firsts": page["firsts"], "notes": page["notes"], "messages": messages,
+        "advice": advice, "grid_url": url(datasette, "/-/grid", op=op_id), "speed": speed,
         "fallbacks_url": url(datasette, f"/{db.name}/results", op_id=op_id, status=FALLBACK),
-    })
+    }, data={"op_id": op_id, "op": page["op"], "dtypes": dtypes, "notes": page["notes"],
+             "history": {p["name"]: [{"run": c["run"]["id"], "label": run_label(c["run"]),
+                                      "cells": c["cells"]} for c in page["history"][p["name"]]]
+                         for p in passes},
+             "releases": page["releases"], "declared": page["declared"],
+             "messages": page["messages"], "suggestions": [s._asdict() for s in advice]})
 
 
 async def op_speed(datasette, db, op_id):
@@ -286,11 +325,14 @@ async def op_speed(datasette, db, op_id):
     return Markup(await plugin.op_section(datasette, db, op_id))
 
 
+@cached
 async def compare_page(datasette, request):
     db = get_database(datasette)
     runs = await ask(db, runs_q.list_runs)
     by_id = {r["id"]: r for r in runs}
-    b = by_id.get(request.args.get("b")) or await ask(db, _picked, {})
+    b = by_id.get(request.args.get("b"))
+    if b is None:
+        b, _ = await ask(db, _picked, {})
     a = by_id.get(request.args.get("a"))
     if a is None and b is not None:  # default: the previous run on the same device
         a = history.previous_run(runs, b)
@@ -305,12 +347,15 @@ async def compare_page(datasette, request):
             })
     kinds = [k for k in history.CHANGE_KINDS if any(c["kind"] == k for c in changes)]
     shown = request.args.get("kind")
+    listed = [c for c in changes if not shown or c["kind"] == shown]
     return await render(datasette, request, "mpsprobe_compare.html", {
         "title": "Compare runs", "db": db.name, "runs": runs, "a": a, "b": b,
         "run_label": run_label, "kinds": kinds, "shown": shown,
         "counts": {k: sum(c["kind"] == k for c in changes) for k in kinds},
-        "changes": [c for c in changes if not shown or c["kind"] == shown],
-    })
+        "changes": listed,
+    }, data={"a": a and a["id"], "b": b and b["id"],
+             "changes": [{"op_id": c["op_id"], "dtype": c["dtype"], "kind": c["kind"],
+                          "before": c["a"][0], "after": c["b"][0]} for c in listed]})
 
 # ---------------------------------------------------------------------------- hooks
 
@@ -318,9 +363,9 @@ async def compare_page(datasette, request):
 @hookimpl
 def register_routes():
     return [
-        (r"^/-/matrix$", matrix_page),
-        (r"^/-/op/(?P<op_id>[^/]+)$", op_page),
-        (r"^/-/compare$", compare_page),
+        (r"^/-/matrix(\.json)?$", matrix_page),
+        (r"^/-/op/(?P<op_id>[^/]+?)(\.json)?$", op_page),
+        (r"^/-/compare(\.json)?$", compare_page),
     ]
 
 
@@ -332,7 +377,7 @@ def canned_queries(datasette, database):
 
     async def queries():
         # A query's default run is the run picker's answer, not a second picker in SQL.
-        run = await ask(db, _picked, {})
+        run, _ = await ask(db, _picked, {})
         default_run = quoted(run["id"]) if run else "NULL"
         have = await ask(db, query.present)
         chosen = dict(CANNED_QUERIES)
@@ -373,20 +418,58 @@ def plugin_page_path(filename):
     if plugin is None or not hasattr(plugin, "register_routes"):
         return None
     for regex, _ in plugin.register_routes() or []:
-        path = regex.strip("^$")
+        path = regex.replace(r"(\.json)?", "").strip("^$")
         if "(" not in path:
             return path
     return None
 
 
-@hookimpl
-def extra_template_vars(datasette):
+def navigation(datasette):
+    """(label, href) of every page of the site, for every page (errors included)."""
     db = get_database(datasette)
-    links = [("Matrix", "/-/matrix"), ("Compare", "/-/compare"),
+    links = [("Grid", "/-/grid"), ("Matrix", "/-/matrix"), ("Compare", "/-/compare"),
              ("Search", f"/{db.name}/search"), ("Fallbacks", f"/{db.name}/fallbacks"),
              ("Check ops", plugin_page_path("check_ops.py") or f"/{db.name}/check_ops"),
              ("Findings", plugin_page_path("findings.py")),
              ("Speed", plugin_page_path("speed.py")),
-             ("Queries", f"/{db.name}#queries"), ("Runs", f"/{db.name}/runs")]
-    return dict(template_vars(),
-                mpsprobe_nav=[(label, datasette.urls.path(path)) for label, path in links if path])
+             ("Queries", f"/{db.name}#queries"), ("Runs", f"/{db.name}/runs"),
+             ("Legend", "/-/legend")]
+    return [(label, datasette.urls.path(path)) for label, path in links if path]
+
+
+@hookimpl
+def extra_template_vars(datasette):
+    return dict(template_vars(), mpsprobe_nav=navigation(datasette),
+                mpsprobe_queries=[(name, q["title"]) for name, q in CANNED_QUERIES.items()],
+                mpsprobe_db=get_database(datasette).name)
+
+
+@hookimpl
+def startup(datasette):
+    # Datasette renders 404 and 500 pages without extra_template_vars: the
+    # navigation goes into the templates' globals, so error pages keep it.
+    try:
+        datasette.jinja_env.globals["mpsprobe_nav"] = navigation(datasette)
+    except NotFound:
+        pass
+
+
+@hookimpl
+def prepare_connection(conn):
+    """Every connection: resource limits on arbitrary SQL (mpsprobe.site.limits),
+    and the search's query builder."""
+    limits.limit(conn)
+    conn.create_function("mpsprobe_fts", 1, fts_query, deterministic=True)
+
+
+def fts_query(text):
+    """A safe FTS5 query from typed text: each word a prefix ('conv' finds
+    conv2d); quotes and operators are dropped. '' when no word is left."""
+    import re
+    return " ".join(f'"{w}"*' for w in re.findall(r"\w+", text or ""))
+
+
+@hookimpl
+def asgi_wrapper(datasette):
+    from mpsprobe.site.gzip import gzip_app
+    return gzip_app

@@ -1,0 +1,90 @@
+"""One op, as its page tells it: history per pass, declared vs measured per
+release, the messages seen, and where to look when the name is not an op."""
+from mpsprobe.versions import same_release, sort_key
+from mpsprobe.vocabulary import PASSES, PASS_COLUMN
+from . import declared as declared_q, history, matrix, rows
+
+DTYPE_ORDER = ("bool", "uint8", "int8", "int16", "int32", "int64", "float16", "bfloat16",
+               "float32", "float64", "complex32", "complex64", "complex128")
+
+
+def order_dtypes(dtypes):
+    known = [d for d in DTYPE_ORDER if d in dtypes]
+    return known + sorted(set(dtypes) - set(known))
+
+
+def passes(conn, op_id):
+    found = {r[0] for r in conn.execute(
+        f"SELECT DISTINCT {PASS_COLUMN} FROM results WHERE op_id = ?", [op_id])}
+    return [p for p in PASSES if p in found] + sorted(found - set(PASSES))
+
+
+def messages(conn, op_id, limit=20):
+    """The distinct messages the op's cases gave, most frequent first."""
+    have = {r[1] for r in conn.execute("PRAGMA table_info(results)")}
+    kind = "reason_kind" if "reason_kind" in have else "NULL"
+    macos = "min_macos" if "min_macos" in have else "NULL"
+    return rows(conn, f"""
+        SELECT status, {kind} AS reason_kind, {macos} AS min_macos, dtype,
+               coalesce(message, reason) AS message, count(*) AS n_cases,
+               count(DISTINCT run_id) AS n_runs, min(run_id) AS run_id
+        FROM results WHERE op_id = ? AND coalesce(message, reason) IS NOT NULL
+          AND coalesce(message, reason) != ''
+        GROUP BY status, coalesce(message, reason) ORDER BY n_cases DESC LIMIT ?""",
+                [op_id, limit])
+
+
+def releases(conn, op_id, configurations, declared):
+    """Declared vs measured per (torch release, device, dtype): what PyTorch
+    declares beside what the newest run of that release measured."""
+    measured = {}
+    for c in configurations:
+        device = declared_q.declared_device(c["run"]["device"])
+        for dtype, status in c["cells"].items():
+            measured.setdefault((device, c["run"]["torch_version"], dtype), status)
+    found = []
+    for d in declared:
+        versions = [v for (dev, v, dt) in measured if dev == d["device"] and dt == d["dtype"]]
+        version = same_release(versions, d["torch_version"])
+        found.append({"torch_version": d["torch_version"], "device": d["device"],
+                      "dtype": d["dtype"], "declared": d["status"],
+                      "measured": measured.get((d["device"], version, d["dtype"]))})
+    found.sort(key=lambda r: (r["device"], r["dtype"]))
+    found.sort(key=lambda r: sort_key(r["torch_version"]), reverse=True)
+    return found
+
+
+# What the op page shows of an op the store knows only from elsewhere (speed).
+EMPTY_PAGE = {"op": None, "history": {}, "declared": [], "dtypes": [], "releases": [],
+              "firsts": [], "notes": [], "messages": []}
+
+
+def op_page(conn, op_id):
+    """Everything the op page shows, or None when the database knows no such op."""
+    op = matrix.op(conn, op_id)
+    by_pass = {p: history.op_history(conn, op_id, p) for p in passes(conn, op_id)}
+    declared = declared_q.for_op(conn, op_id)
+    if not op and not any(by_pass.values()) and not declared:
+        return None
+    dtypes = order_dtypes({d for cs in by_pass.values() for c in cs for d in c["cells"]}
+                          | {d["dtype"] for d in declared})
+    forward = next(iter(by_pass.values()), [])
+    return {"op": op, "history": by_pass, "declared": declared, "dtypes": dtypes,
+            "releases": releases(conn, op_id, forward, declared),
+            "firsts": history.firsts(conn, op_id), "notes": history.notes(conn, op_id),
+            "messages": messages(conn, op_id)}
+
+
+def variants(conn, op_id):
+    """Op ids that are variants of `op_id` (nn.functional.interpolate.bilinear)."""
+    return [r[0] for r in conn.execute(
+        "SELECT id FROM ops WHERE id > ? AND id < ? ORDER BY id", [op_id + ".", op_id + "/"])]
+
+
+def similar(conn, name, limit=8):
+    """Op ids containing `name`, or whose last dotted component starts with it."""
+    last = name.rsplit(".", 1)[-1]
+    found = [r[0] for r in conn.execute(
+        "SELECT id FROM ops WHERE id LIKE ? ORDER BY length(id), id LIMIT ?",
+        [f"%{last}%", limit])]
+    return found

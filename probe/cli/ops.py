@@ -1,0 +1,41 @@
+"""`mpsprobe ops [PATTERN]`: list and search the op catalogue's names."""
+import click
+
+from mpsprobe.cli import output
+
+
+@click.command()
+@click.argument("pattern", required=False, default="")
+@click.option("--db", "db_path", default=None, type=click.Path(dir_okay=False),
+              help="Also show each op's status in this database's default run (read only).")
+@click.option("--json", "as_json", is_flag=True, help="Print the rows as JSON.")
+def ops(pattern, db_path, as_json):
+    """List op names: OpInfo name, variant, aten name and dtypes.
+
+    PATTERN is a substring of the op id or its aten name (conv), or a glob
+    (nn.functional.*). With --db, each op's worst status over its dtypes in the
+    run mpsprobe answers from. The names are what `run --ops` takes.
+
+    \b
+    Examples:
+        mpsprobe ops conv
+        mpsprobe ops 'linalg.*' --db mps.db
+    """
+    import sys
+    import mpsprobe
+    from mpsprobe.ops import opinfo
+    click.echo("loading the op catalogue …", err=True)
+    found = opinfo.catalogue(pattern)
+    run = statuses = None
+    if db_path:
+        run, statuses = mpsprobe.op_statuses(db_path)
+    if as_json:
+        click.echo(output.as_json([dict(r, status=(statuses or {}).get(r["op"])) for r in found]))
+        return
+    if not found:
+        keys = {r["op"] for r in opinfo.catalogue()}
+        hint = opinfo.suggest(pattern, keys)
+        click.echo(f"no op matches {pattern!r}" + (f"; did you mean {', '.join(hint)}?" if hint else ""),
+                   err=True)
+        sys.exit(1)
+    click.echo("\n".join(output.ops_table(found, statuses, run)))

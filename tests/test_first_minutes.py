@@ -1,0 +1,71 @@
+"""The first minutes of a new user: run says what it will do first, op names can be
+found, and every message reads right."""
+import json
+import re
+
+
+def test_run_says_what_it_will_do_before_loading_then_summarises_with_the_time(tmp_path, run_cli):
+    db = tmp_path / "first.db"
+    result = run_cli("run", "--db", db, "--device", "cpu", "--ops", "add", "--dtypes", "float32",
+                     "--samples", 1, "--workers", 1, "--no-timing")
+    assert result.exit_code == 0, result.output
+    lines = [l for l in result.output.splitlines() if l.strip()]
+    # The order a user sees: what will run, the catalogue stage, the target, the bar, the summary.
+    assert lines[0].startswith("mpsprobe run: device cpu; ops add; dtypes float32; 1 samples")
+    assert str(db) in lines[0]
+    assert lines[1].startswith("loading the op catalogue")
+    assert lines[2].startswith("target: cpu")
+    summary = next(i for i, l in enumerate(lines) if l.startswith("run "))
+    assert summary > 2 and re.search(r"pairs in \d+(\.\d)? s", lines[summary])
+    assert lines[-1] == f"recorded in {db}"
+
+
+def test_run_json_summary_carries_the_elapsed_time(tmp_path, run_cli, summary):
+    result = run_cli("run", "--db", tmp_path / "j.db", "--device", "cpu", "--ops", "add",
+                     "--dtypes", "float32", "--samples", 1, "--workers", 1, "--no-timing", "--json")
+    assert result.exit_code == 0, result.output
+    assert summary(result)["elapsed_s"] >= 0
+
+
+def test_the_bar_counts_cases_with_pairs_beside_it():
+    from mpsprobe.cli import output
+    line = output.bar_line({"pairs": 3, "total_pairs": 10}, {"pass": 7, "fallback": 1})
+    assert line == "3/10 pairs  pass 7  fallback 1"
+    assert output.elapsed_text(75) == "1 min 15 s" and output.elapsed_text(4.25) == "4.2 s"
+
+
+def test_ops_lists_the_convolutions(run_cli):
+    result = run_cli("ops", "conv")
+    assert result.exit_code == 0, result.output
+    names = [l.split()[0] for l in result.output.splitlines()[1:-1]]
+    assert {"nn.functional.conv1d", "nn.functional.conv2d", "nn.functional.conv3d"} <= set(names)
+    assert all("conv" in n for n in names)
+    rows = json.loads(run_cli("ops", "nn.functional.conv2d", "--json").output.split("\n", 1)[1])
+    assert rows[0]["aten_name"] == "conv2d" and "float32" in rows[0]["dtypes"]
+
+
+def test_ops_shows_the_latest_status_from_a_database(run_cli, cpu_db, rows):
+    result = run_cli("ops", "argmax", "--db", cpu_db)
+    assert result.exit_code == 0, result.output
+    status = rows(cpu_db, "SELECT status FROM op_dtype_status WHERE op_id = 'argmax'")[0]["status"]
+    assert re.search(rf"{status}\s+argmax", result.output)
+
+
+def test_unknown_names_suggest_the_full_op_name(run_cli, tmp_path):
+    from mpsprobe.ops.opinfo import suggest
+    keys = {"nn.functional.conv2d", "cov", "conj", "nn.functional.conv1d", "add"}
+    assert suggest("conv2d", keys)[0] == "nn.functional.conv2d"
+    assert "nn.functional.conv2d" in suggest("conv2dd", keys)
+    result = run_cli("run", "--db", tmp_path / "x.db", "--device", "cpu", "--ops", "conv2d")
+    assert result.exit_code == 2 and "did you mean nn.functional.conv2d" in result.output
+    result = run_cli("ops", "conv2dd")
+    assert result.exit_code == 1 and "did you mean nn.functional.conv2d" in result.output
+
+
+def test_read_commands_never_speak_of_creating(run_cli, tmp_path):
+    result = run_cli("findings", "--db", tmp_path / "nowhere" / "x.db")
+    assert result.exit_code == 2 and "cannot read" in result.output and "create" not in result.output
+    text = tmp_path / "text.db"
+    text.write_text("hello")
+    result = run_cli("merge", text, "-o", tmp_path / "out.db")
+    assert result.exit_code == 2 and f"cannot merge: {text} is not an SQLite database" in result.output
