@@ -278,7 +278,7 @@ class Pool:
             for message in worker.messages(data):
                 self._handle(worker, message, on_case, on_pair)
 
-    def _assign(self, worker, pair, queue):
+    def _assign(self, worker, pair, queue=None):
         worker.task = pair
         worker.index = worker.sample = None
         worker.deadline = time.monotonic() + max(self.timeout, STARTUP_BUDGET_S)
@@ -295,6 +295,8 @@ class Pool:
             worker.send(message)
         except OSError:  # gone before its next request (killed while idle, stdin closed)
             worker.task = None
+            if queue is None:
+                raise
             queue.appendleft(pair)
             self._retire_dead(worker)
 
