@@ -11,9 +11,12 @@ Shard runs stay separate runs, each with its own machine facts; the
 `run_sweeps`/`sweeps`/`sweep_op_dtype_status` views (db/views.py) group
 the shards of one sweep, so a merged sharded sweep reads like one run.
 
-Sources are only read. A source with an older schema is migrated in a
-temporary copy; a newer one is refused. The target is written in one
-transaction: a failure leaves it exactly as it was.
+Sources are only read, each in one snapshot (one read transaction), so a
+source a run is still writing gives a consistent picture; nothing is created
+beside a source. A source with an older schema is migrated in a temporary
+copy; a newer one is refused. The target is written in one transaction: a
+failure leaves it exactly as it was (and a target this merge created is
+removed again).
 """
 import os
 import shutil
@@ -24,7 +27,7 @@ from dataclasses import dataclass, field
 import sqlite_utils
 
 from mpsprobe.errors import MpsprobeError
-from . import schema
+from . import files, schema
 from .migrations.m002_history import backfill_version_keys
 
 SKIPPED_TABLES = ("mpsprobe_meta",)
@@ -55,12 +58,12 @@ class SourceReport:
 def _check_sources(sources, target):
     versions = {}
     for path in sources:
-        if not os.path.isfile(path):
+        if not os.path.lexists(path):
             raise MergeError(f"{path}: no such database")
         if os.path.exists(target) and os.path.samefile(path, target):
             raise MergeError(f"{path} is the output database; name another with -o")
         try:
-            version = schema.inspect(path)
+            version = schema.inspect(path, migratable=True)
         except schema.DatabaseError as e:
             raise MergeError(f"cannot merge: {e}") from None
         if version is None:
@@ -69,16 +72,21 @@ def _check_sources(sources, target):
     return versions
 
 
-def _readable_copy(path, version, scratch):
-    """A read-only connection to `path`, or to a migrated copy if its schema is older."""
+def _snapshot(path, version, scratch):
+    """A read-only connection to `path` (or to a migrated copy if its schema is
+    older) inside one read transaction: every table is read from one snapshot."""
     if version == schema.SCHEMA_VERSION:
-        return sqlite3.connect(f"file:{os.path.abspath(path)}?mode=ro", uri=True)
-    copy = os.path.join(scratch, f"{len(os.listdir(scratch))}.db")
-    with sqlite3.connect(f"file:{os.path.abspath(path)}?mode=ro", uri=True) as src, \
-            sqlite3.connect(copy) as dst:
-        src.backup(dst)   # consistent even while another process writes the source
-    schema.open_db(copy).conn.close()
-    return sqlite3.connect(f"file:{copy}?mode=ro", uri=True)
+        conn = files.connect_ro(path)
+    else:
+        copy = os.path.join(scratch, f"{len(os.listdir(scratch))}.db")
+        with files.connect_ro(path) as src, sqlite3.connect(copy) as dst:
+            src.backup(dst)   # consistent even while another process writes the source
+        schema.close(schema.open_db(copy))
+        conn = sqlite3.connect(files.uri(copy, mode="ro"), uri=True)
+    conn.isolation_level = None
+    conn.execute("BEGIN")
+    conn.execute("SELECT count(*) FROM sqlite_master").fetchone()  # the snapshot starts here
+    return conn
 
 
 def _keyed_tables(db):
@@ -169,17 +177,19 @@ def merge(sources, target, say=lambda text: None):
     sources = [str(s) for s in sources]
     target = str(target)
     versions = _check_sources(sources, target)
+    created = not os.path.exists(target)
     try:
         db = schema.open_db(target)
     except schema.DatabaseError as e:
         raise MergeError(f"cannot write the output: {e}") from None
     reports = []
     scratch = tempfile.mkdtemp(prefix="mpsprobe-merge-")
+    merged = False
     try:
         with schema.write_transaction(db.conn):  # the whole merge, or nothing
             for path in sources:
                 report = SourceReport(path, versions[path])
-                src_conn = _readable_copy(path, versions[path], scratch)
+                src_conn = _snapshot(path, versions[path], scratch)
                 try:
                     _merge_one(src_conn, db, report)
                 finally:
@@ -187,7 +197,10 @@ def merge(sources, target, say=lambda text: None):
                 reports.append(report)
                 say(report)
             backfill_version_keys(db)
+        merged = True
     finally:
-        db.conn.close()
+        schema.close(db)
+        if created and not merged:
+            files.remove(target)   # nothing half-made is left behind
         shutil.rmtree(scratch, ignore_errors=True)
     return reports

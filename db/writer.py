@@ -12,6 +12,7 @@ import uuid
 from mpsprobe.errors import MpsprobeError
 from mpsprobe.versions import version_key
 from mpsprobe.vocabulary import FORWARD, PASS_COLUMN, STATUSES
+from . import files
 from .schema import write_transaction
 from .views import status_counts
 
@@ -134,7 +135,7 @@ class RunWriter:
                    aten_ops=json.dumps(result["aten_ops"]) if result.get("aten_ops") is not None else None)
         row[PASS_COLUMN] = pass_
         columns = [f'"{c}"' for c in row]
-        with self.db.conn:
+        with write_transaction(self.db.conn):
             if op not in self._known_ops:
                 self.db.execute(
                     "INSERT OR IGNORE INTO ops (id, name, variant, aten_name, source) VALUES (?, ?, ?, ?, ?)",
@@ -149,7 +150,7 @@ class RunWriter:
                 f"VALUES ({', '.join('?' for _ in columns)})", list(row.values()))
 
     def pair_done(self, pair, n_cases):
-        with self.db.conn:
+        with write_transaction(self.db.conn):
             self.db.execute("INSERT OR IGNORE INTO pairs_done VALUES (?, ?, ?, ?)",
                             [self.run_id, pair["op"], pair["dtype"], n_cases])
 
@@ -160,7 +161,7 @@ class RunWriter:
 
     def finish(self, state, wall_s):
         total, counts = self.counts()
-        with self.db.conn:
+        with write_transaction(self.db.conn):
             self.db["runs"].update(self.run_id, {
                 "state": state, "finished": now(), "cases_total": total,
                 "counts": json.dumps(counts),
@@ -168,10 +169,10 @@ class RunWriter:
         return total, counts
 
     def close(self):
-        """Fold the write-ahead log into the database file and close it, so the
-        file alone is the whole database (to copy, publish or serve immutable)."""
-        self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-        self.db.conn.close()
+        """Fold the write-ahead log into the database file, leave WAL mode and
+        close it, so the file alone is the whole database (to copy, publish,
+        serve immutable, or read from read-only media)."""
+        files.leave(self.db.conn)
 
 
 # -- what PyTorch declares ------------------------------------------------------
@@ -187,7 +188,7 @@ def _replace(db, table, where, rows):
 
 def record_declared(db, torch_version, device, source, origin, rows_by_table, options=None):
     """Replace one reading: rows for each declared table, and its `declared_sources` line."""
-    with db.conn:
+    with write_transaction(db.conn):
         n = 0
         for table, rows in rows_by_table.items():
             where = {"torch_version": torch_version}
@@ -205,7 +206,7 @@ def record_declared(db, torch_version, device, source, origin, rows_by_table, op
 
 def record_declared_failure(db, torch_version, device, source, origin, error):
     """Note a source that could not be read; rows of an earlier reading are kept."""
-    with db.conn:
+    with write_transaction(db.conn):
         db["declared_sources"].upsert({
             "torch_version": torch_version, "torch_version_key": version_key(torch_version),
             "device": device, "source": source, "origin": origin, "recorded": now(), "ok": 0,

@@ -150,6 +150,12 @@ def check_model(model, example_inputs=None, db="mpsprobe.db", *, input_shape=Non
     is_list = isinstance(model, (str, os.PathLike)) and str(model).endswith(".json")
     if is_list and run:
         raise MpsprobeError("--run needs a model to replay, not an op list")
+    if export:   # refused now, not after the whole capture
+        folder = os.path.dirname(os.path.abspath(export))
+        if not os.path.isdir(folder):
+            raise MpsprobeError(f"--export {export}: directory {folder} does not exist")
+        if os.path.isdir(export) or not os.access(folder, os.W_OK):
+            raise MpsprobeError(f"--export {export}: cannot write a file there")
     if batches and not run:
         raise MpsprobeError("--batch times the model on this machine: it needs --run")
     if batches:
@@ -162,6 +168,7 @@ def check_model(model, example_inputs=None, db="mpsprobe.db", *, input_shape=Non
         if run:
             from mpsprobe.engine.pool import Pool, WorkerError
             from mpsprobe.modelcheck import replay
+            loaded = _loaded(model, example_inputs, input_shape, dtype, name)  # before the workers
             pool = Pool({"device": device, "backend": backend, "timing": timing,
                          "strict_precision": strict_precision},
                         size=workers, timeout=timeout)
@@ -173,12 +180,13 @@ def check_model(model, example_inputs=None, db="mpsprobe.db", *, input_shape=Non
             with pool:   # replay() runs the calls in it; closed here too if capture fails
                 recorder = replay.CallRecorder()
                 portable = not env["device"].startswith("cpu") or env.get("backend") is not None
-                model_ops = capture.capture(
-                    _loaded(model, example_inputs, input_shape, dtype, name), train=train,
-                    optimizer=optimizer, portable=portable, on_call=recorder)
+                model_ops = capture.capture(loaded, train=train, optimizer=optimizer,
+                                            portable=portable, on_call=recorder)
                 calls = recorder.list()
                 say(f"replaying {len(calls)} distinct calls of {model_ops.distinct} aten ops on "
                     f"{env['device']} ({env['device_name']})")
+                for op_name, why in sorted(recorder.skipped.items()):
+                    say(f"not replayed: {op_name} (its arguments cannot be rebuilt: {why})")
                 from mpsprobe.cli.output import precision_line
                 say(precision_line(env.get("precision_modes")))
                 writer, results = replay.replay(store, calls, pool, env, model_ops.model,
@@ -204,14 +212,17 @@ def check_model(model, example_inputs=None, db="mpsprobe.db", *, input_shape=Non
                     _loaded(model, example_inputs, input_shape, dtype, name), train=train,
                     optimizer=optimizer, portable=chosen["device"] != "cpu")
         if export:
-            with open(export, "w") as f:
-                json.dump(model_ops.to_json(), f, indent=2)
+            try:
+                with open(export, "w") as f:
+                    json.dump(model_ops.to_json(), f, indent=2)
+            except OSError as e:
+                raise MpsprobeError(f"--export {export}: {e.strerror}") from None
         report = reporting.answer(store.conn, model_ops, chosen, model_ms=model_ms,
                                   recorded_in=db_path if run else None)
         report.batch_sweep = sweep
         return report
     finally:
-        store.conn.close()
+        schema.close(store) if run else store.conn.close()
 
 
 def findings(db="mpsprobe.db", run=None, against=None):
@@ -249,7 +260,7 @@ def record_declared(db="mpsprobe.db", wheels=(), installed=None, common_mps=None
     cannot be read is recorded as failed; raises MpsprobeError when none can.
     `opinfos`: the OpInfo list, when the caller has loaded it already.
     """
-    from mpsprobe.db import writer
+    from mpsprobe.db import schema, writer
     from mpsprobe.ops.declared import reading
     sources = reading.Sources(wheels=wheels, installed=installed, common_mps=common_mps,
                               torch_version=torch_version, opinfo_cuda=opinfo_cuda, macos=macos)
@@ -266,7 +277,7 @@ def record_declared(db="mpsprobe.db", wheels=(), installed=None, common_mps=None
                                        r.tables, r.options)
             summary.append(reading.summarize(r))
     finally:
-        store.conn.close()
+        schema.close(store)
     if not any(item["ok"] for item in summary):
         raise reading.DeclaredError("no source could be read", summary)
     return summary

@@ -54,8 +54,26 @@ def check_database(db_path):
 
 def wal_pending(db_path):
     """True while a writer may have changes in the WAL that the main file lacks."""
-    wal = f"{db_path}-wal"
-    return os.path.exists(wal) and os.path.getsize(wal) > 0
+    from mpsprobe.db.files import wal_pending
+    return wal_pending(db_path)
+
+
+def _uri_safe(db_path):
+    """A path Datasette can paste into a `file:` URI as it is: characters that
+    mean something in a URI (`?`, `#`, `%`) are served through a symbolic link
+    with a plain name, in a folder removed at exit."""
+    if not any(c in os.path.abspath(db_path) for c in "?#%"):
+        return db_path
+    import atexit
+    import re
+    import shutil
+    import tempfile
+    folder = tempfile.mkdtemp(prefix="mpsprobe-serve-")
+    atexit.register(shutil.rmtree, folder, True)
+    stem = re.sub(r"[^A-Za-z0-9_.-]", "_", Path(db_path).stem) or "mpsprobe"
+    link = os.path.join(folder, stem + ".db")
+    os.symlink(os.path.abspath(db_path), link)
+    return link
 
 
 def site_settings(time_limit_ms=DEFAULT_TIME_LIMIT_MS):
@@ -75,6 +93,7 @@ def make_datasette(db_path, live=None, time_limit_ms=DEFAULT_TIME_LIMIT_MS):
     db_path = str(db_path)
     if live is None:
         live = wal_pending(db_path)
+    db_path = _uri_safe(db_path)
     return Datasette(
         files=[db_path] if live else [],
         immutables=[] if live else [db_path],

@@ -102,6 +102,39 @@ def cpu_db(tmp_path_factory):
     return str(path)
 
 
+# Binary ops: OpInfo gives them several samples, so a fault on the first leaves
+# others in the same pair that must still run. The unary ones below
+# (test_pool_faults.py) check causes, leftovers and forged replies.
+FAULTY_FAULTS = {
+    "aten::mul.Tensor": "segfault", "aten::sub.Tensor": "oom", "aten::add.Tensor": "exit",
+    "aten::div.Tensor": "oom_raise", "aten::maximum": "garbage",
+    "aten::abs": "sysexit", "aten::sin": "close_reply", "aten::cos": "forge",
+    "aten::floor": "spawn", "aten::ceil": "fork_segfault"}
+FAULTY_OPS = "mul,sub,add,div.no_rounding_mode,maximum,minimum,abs,sin,cos,floor,ceil"
+
+
+@pytest.fixture(scope="session")
+def faulty_sweep(tmp_path_factory):
+    """A sweep over the faulty test backend (tests/faulty_backend.py), each fault
+    firing on the first case that reaches it: {"db", "once" (its marker folder), "result"}."""
+    folder = tmp_path_factory.mktemp("faulty")
+    once = folder / "once"
+    once.mkdir()
+    db = folder / "faulty.db"
+    result = _run_cli("run", "--db", db, "--backend", TESTS / "faulty_backend.py",
+                      "--ops", FAULTY_OPS, "--dtypes", "float32", "--samples", 2, "--no-timing",
+                      "--workers", 2, "--timeout", 30, "--json",
+                      env={"FAULTY": json.dumps(dict(FAULTY_FAULTS, once_dir=str(once)))})
+    assert result.exit_code == 0, result.output
+    return {"db": str(db), "once": once, "result": result}
+
+
+@pytest.fixture(scope="session")
+def faulty_db(faulty_sweep):
+    """The faulty sweep's database path."""
+    return faulty_sweep["db"]
+
+
 # ---------------------------------------------------------------- older databases
 
 @pytest.fixture(scope="session")
@@ -200,6 +233,29 @@ def site_db(tmp_path_factory, fake_mps, fake_mps_db, cpu_db):
                      "WHERE device = 'fake-mps' AND id != ?", [old_run])
     conn.close()
     return str(path)
+
+
+# ---------------------------------------------------------------- small stores
+
+@pytest.fixture(scope="session")
+def small_store():
+    """small_store(path, n=40): an up-to-date mpsprobe DB with one complete run of
+    n results, written by the real writer and closed as a run closes it."""
+    def make(path, n=40):
+        import os
+        from mpsprobe.db import schema
+        from mpsprobe.db.writer import RunWriter
+        db = schema.open_db(path)
+        writer = RunWriter.start(db, "key", {"torch_version": "2.11.0", "device": "cpu",
+                                             "hostname": "elsewhere"}, {}, "0.1.0", os.getpid())
+        for i in range(n):
+            pair = {"op": f"op{i}", "dtype": "float32"}
+            writer.record(pair, 0, "f32[3]", {"status": "pass", "message": "x" * 500})
+            writer.pair_done(pair, 1)
+        writer.finish("complete", 1.0)
+        writer.close()
+        return Path(path)
+    return make
 
 
 # A string no page may ever show as markup.

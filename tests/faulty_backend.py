@@ -15,7 +15,18 @@ check that each such case costs that case alone:
 - "garbage":   writes binary junk and protocol-looking lines to the
                process's stdout and stderr (fd 1 and 2), then runs normally;
 - "wait":      blocks until the file "go" appears in once_dir (at most
-               two minutes), so a test can hold a sweep in the middle.
+               two minutes), so a test can hold a sweep in the middle;
+- "sysexit", "keyboard", "base": raise SystemExit(4), KeyboardInterrupt, or
+               a BaseException subclass out of the op;
+- "close_reply": closes every pipe the process writes to but stdin (the
+               worker's reply channel), then runs normally;
+- "close_stdin": closes fd 0 (the worker's requests), then runs normally;
+- "forge":     writes result lines claiming a pass into every such pipe,
+               then fails (so a forged verdict would show as a pass);
+- "spawn":     starts `sleep 300` and forks a child that sleeps, writing
+               their pids to once_dir/spawned, then runs normally;
+- "fork_segfault": forks a child that sleeps (holding every inherited fd,
+               the reply pipe included), then segfaults.
 
 FAULTY (JSON) maps aten op names to a fault, e.g. {"aten::sin": "segfault"};
 with "once_dir": PATH each fault fires on the first case that reaches it
@@ -28,6 +39,8 @@ import json
 import os
 import resource
 import signal
+import stat
+import subprocess
 import time
 
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -72,6 +85,36 @@ def _wait_for(path, limit_s=120.0):
         time.sleep(0.05)
 
 
+class Escape(BaseException):
+    """Neither Exception nor SystemExit/KeyboardInterrupt."""
+
+
+FORGED = (b'{"type": "result", "index": 0, "status": "pass", "token": "guess"}\n'
+          b'{"type": "result", "index": 0, "status": "pass"}\n'
+          b'{"type": "pair_done", "n_cases": 1}\n{not json\n')
+
+
+def _reply_pipes():
+    """Every pipe fd of this process but stdin: the worker's reply channel among them."""
+    found = []
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        try:
+            if fd != 0 and stat.S_ISFIFO(os.fstat(fd).st_mode):
+                found.append(fd)
+        except OSError:
+            pass
+    return found
+
+
+def _sleeping_child():
+    pid = os.fork()
+    if pid == 0:
+        time.sleep(300)
+        os._exit(0)
+    return pid
+
+
 def _fire(fault, once_dir):
     if fault == "wait":
         _wait_for(os.path.join(once_dir, "go"))
@@ -89,6 +132,28 @@ def _fire(fault, once_dir):
         for fd in (1, 2):
             os.write(fd, GARBAGE * 64)
         os.write(2, os.urandom(1 << 16))
+    elif fault == "sysexit":
+        raise SystemExit(4)
+    elif fault == "keyboard":
+        raise KeyboardInterrupt
+    elif fault == "base":
+        raise Escape("out of the op")
+    elif fault == "close_reply":
+        for fd in _reply_pipes():
+            os.close(fd)
+    elif fault == "close_stdin":
+        os.close(0)
+    elif fault == "forge":
+        for fd in _reply_pipes():
+            os.write(fd, FORGED)
+        raise RuntimeError("the op failed after forging a pass")
+    elif fault == "spawn":
+        sleeper = subprocess.Popen(["sleep", "300"])
+        with open(os.path.join(once_dir, "spawned"), "w") as f:
+            f.write(f"{sleeper.pid} {_sleeping_child()}")
+    elif fault == "fork_segfault":
+        _sleeping_child()
+        ctypes.string_at(0)
     else:
         raise ValueError(f"unknown fault {fault!r}")
 

@@ -32,3 +32,15 @@ def test_other_errors_are_not_retried():
     result = run_case(broken_on_target, torch.float32, SampleInput(torch.ones(6)),
                       Target("cpu"), timing=False)
     assert result["status"] == "error" and result["error_type"] == "RuntimeError"
+
+
+def test_placement_is_judged_on_the_outputs_as_the_target_returned_them():
+    """Ties rewrite indices into values on the CPU before comparing: the device check
+    must look at what the target returned, not at the rewritten outputs."""
+    import torch
+    from mpsprobe.engine.execute import _misplaced
+
+    on_meta = torch.empty(3, device="meta")
+    assert _misplaced((torch.ones(2), torch.ones(2)), "cpu") is None
+    assert _misplaced((torch.ones(2), on_meta), "cpu") == "output 1: output on meta, expected cpu"
+    assert _misplaced(on_meta, "meta") is None

@@ -7,7 +7,6 @@ every case recorded exactly once in a database that passes integrity_check.
 """
 import asyncio
 import hashlib
-import json
 import os
 import random
 import signal
@@ -20,8 +19,9 @@ from pathlib import Path
 import pytest
 
 
+from conftest import FAULTY_OPS
+
 TESTS = Path(__file__).parent
-FAULTY = str(TESTS / "faulty_backend.py")
 
 # --------------------------------------------------------------- kill -9, resume
 
@@ -80,26 +80,8 @@ def test_repeated_random_kills_then_resume_record_every_case_once(tmp_path, resu
 
 # --------------------------------------------------------------- worker faults
 
-# Binary ops: OpInfo gives them several samples, so a fault on the first leaves
-# others in the same pair that must still run.
-FAULTS = {"aten::mul.Tensor": "segfault", "aten::sub.Tensor": "oom",
-          "aten::add.Tensor": "exit", "aten::div.Tensor": "oom_raise",
-          "aten::maximum": "garbage"}
-FAULT_OPS = "mul,sub,add,div.no_rounding_mode,maximum,minimum"
-
-
-@pytest.fixture(scope="module")
-def faulty_db(tmp_path_factory, run_cli):
-    folder = tmp_path_factory.mktemp("faulty")
-    once = folder / "once"
-    once.mkdir()
-    db = folder / "faulty.db"
-    result = run_cli("run", "--db", db, "--backend", FAULTY, "--ops", FAULT_OPS,
-                     "--dtypes", "float32", "--samples", 2, "--no-timing", "--workers", 2,
-                     "--timeout", 30, "--json",
-                     env={"FAULTY": json.dumps(dict(FAULTS, once_dir=str(once)))})
-    assert result.exit_code == 0, result.output
-    return str(db)
+# The faulty sweep is made once per session (conftest.faulty_db); it also
+# carries the faults tests/test_pool_faults.py checks.
 
 
 @pytest.fixture(scope="session")
@@ -138,11 +120,12 @@ def test_faulty_sweep_is_complete_and_accounted_for(faulty_db, rows):
     assert [r["state"] for r in runs] == ["complete"]
     results = rows(faulty_db, "SELECT case_id, status FROM results")
     pairs = rows(faulty_db, "SELECT op_id, n_cases FROM pairs_done")
-    assert len(pairs) == len(FAULT_OPS.split(","))
+    assert len(pairs) == len(FAULTY_OPS.split(","))
     assert sum(p["n_cases"] for p in pairs) == len(results) == runs[0]["cases_total"]
     not_passing = sorted(r["case_id"] for r in results if r["status"] != "pass")
     assert not_passing == sorted(f"{op}|float32|0" for op in
-                                 ("mul", "sub", "add", "div.no_rounding_mode"))
+                                 ("mul", "sub", "add", "div.no_rounding_mode",
+                                  "abs", "sin", "cos", "ceil"))
     assert rows(faulty_db, "PRAGMA integrity_check")[0]["integrity_check"] == "ok"
 
 

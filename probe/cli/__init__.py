@@ -3,10 +3,12 @@
 Each subcommand lives in its own module in this package and is only imported
 when used, so `mpsprobe --help` stays fast and no command pays for another's
 imports (torch, Datasette). What the commands print is formatted in
-cli/output.py. Any MpsprobeError a command raises becomes one line on stderr
-and exit status 2, here and only here (MpsprobeGroup.invoke).
+cli/output.py. Any MpsprobeError a command raises (or an SQLite error from a
+damaged file) becomes one line on stderr and exit status 2, here and only
+here (MpsprobeGroup.invoke).
 """
 import importlib
+import sqlite3
 
 import click
 
@@ -54,6 +56,10 @@ class MpsprobeGroup(click.Group):
         except MpsprobeError as e:
             text = str(e).strip().splitlines()
             raise _OneLine(text[0] if text else type(e).__name__) from None
+        except sqlite3.DatabaseError as e:
+            # Damage the store's checks on opening cannot see (quick_check reads
+            # structure, not every value) still ends in one line.
+            raise _OneLine(f"the database could not be read: {e}") from None
 
 
 @click.group(cls=MpsprobeGroup)

@@ -7,6 +7,7 @@ from torch.utils._pytree import tree_flatten
 
 from mpsprobe.ops import samples as sample_tools
 from mpsprobe.vocabulary import FALLBACK, MISMATCH, SKIP
+from .verdict import METADATA
 from . import classify, judge
 from .aten import AtenCapture, aten_name
 from .judge import REFERENCE_FAILED
@@ -126,6 +127,16 @@ def _record_aten(op, args, cache, key):
     return recorded
 
 
+def _misplaced(out, device_type):
+    """Why the target's outputs are not all on its device, or None."""
+    leaves = tree_flatten(out)[0]
+    for i, t in enumerate(leaves):
+        if isinstance(t, torch.Tensor) and t.device.type != device_type:
+            where = f"output {i}" if len(leaves) > 1 else "output"
+            return f"{where}: output on {t.device.type}, expected {device_type}"
+    return None
+
+
 def _first_tensor(args):
     inp = args[0]
     return inp.detach().clone() if isinstance(inp, torch.Tensor) else None
@@ -205,6 +216,10 @@ def run_case(op, dtype, sample, target, nondeterministic=False, timing=True, unc
     fallen_back = (fell["ops"] + (["an op no warning names"] if fell["unnamed"] else [])) if fell else []
 
     how = judge.Judgement()
+    device_type = target.torch_device.type
+    # Where the target put its outputs is judged on the outputs as returned: judge.prepare
+    # may rewrite them (indices into values, canonical phases) on the CPU.
+    misplaced = _misplaced(target_out, device_type)
     if values and op_key:
         how = judge.prepare(op_key, cpu_args, target_out, cpu_out, truth_out, dtype)
         target_out, cpu_out, truth_out = how.target_out, how.cpu_out, how.truth_out
@@ -213,8 +228,10 @@ def run_case(op, dtype, sample, target, nondeterministic=False, timing=True, unc
         applicable, mode_allowance = judge.precision_allowance(op, cpu_args, dtype, aten_ops, aten_shapes,
                                                               modes, cpu_out)
     verdict = compare(target_out, cpu_out, truth_out, dtype, values=values,
-                      device_type=target.torch_device.type, unchecked=tuple(unchecked) + how.unchecked,
+                      device_type=None, unchecked=tuple(unchecked) + how.unchecked,
                       auxiliary=how.auxiliary, trivial_input=trivial_input, modes=mode_allowance)
+    if misplaced:
+        verdict.fail(misplaced, METADATA)
     fields.update(check_kind=verdict.check_kind, max_abs_err=verdict.max_abs_err,
                   max_rel_err=verdict.max_rel_err, ref_abs_err=verdict.ref_abs_err,
                   tol_atol=verdict.atol, tol_rtol=verdict.rtol,

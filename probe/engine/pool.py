@@ -4,13 +4,24 @@ A pair (op, dtype) is the unit handed to a worker; the worker announces each
 case before running it, so when a worker dies or overruns, the case in flight
 is recorded as `crash` or `timeout`, the worker is replaced, and the rest of
 the pair is handed out again. No case can cost more than itself.
+
+A worker's death is noticed by its exit (polled), not only by the end of its
+reply pipe (a child an op forked may hold that open), and is recorded as the
+OS reports it once the process has really gone: an exit status ("exited with
+status 1", reason kind `exit`) or a signal. Each worker runs its cases in its
+own process group (see worker.case_group), killed with it, so nothing an op
+starts outlives its case. Each reply line carries a per-worker token sent
+over the worker's stdin; a line without it (an op writing into the reply
+pipe) is dropped, so an op cannot forge a verdict.
 """
 import collections
 import json
 import os
+import secrets
 import selectors
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 
@@ -20,22 +31,39 @@ from .classify import crash_evidence
 from .launch import worker_command
 
 STARTUP_BUDGET_S = 180.0  # importing torch and the OpInfo database, on a slow machine
+EXIT_GRACE_S = 5.0        # a worker whose reply pipe closed has this long to exit on its own
 
 
 class WorkerError(MpsprobeError):
     """A worker could not start, or refused a request (device, catalogue, …)."""
 
 
+def _kill_group(pgid):
+    """SIGKILL every process in the group `pgid` (a worker's own); none left is fine."""
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
 class _Worker:
     def __init__(self, command, env):
         self.log = tempfile.TemporaryFile()
+        # Its own process group: the group, and whatever an op started in it, dies with it.
         self.proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=self.log, env=env)
+                                     stderr=self.log, env=env, process_group=0)
+        self.token = secrets.token_hex(16)
         self.buffer = b""
         self.task = None       # the pair being run
         self.index = None      # the case in flight (after "begin", before "result")
         self.sample = None
         self.deadline = None
+        self.dropped = 0       # reply lines without the token
+        self.killed = False    # True once we killed it (it did not exit on its own)
+        try:
+            self.send(self.token)   # first, before any request; never in argv or the environment
+        except OSError:
+            pass  # it died at once: its exit status tells why
         self.hangs_seen = 0    # the pool's hang count when this worker last checked the device
 
     def send(self, message):
@@ -43,11 +71,23 @@ class _Worker:
         self.proc.stdin.flush()
 
     def messages(self, data):
+        """The authentic messages in `data` (with this worker's token; anything else dropped)."""
         self.buffer += data
         *lines, self.buffer = self.buffer.split(b"\n")
         for line in lines:
-            if line.strip():
-                yield json.loads(line)
+            if not line.strip():
+                continue
+            try:
+                message = json.loads(line)
+            except ValueError:
+                message = None
+            if not isinstance(message, dict) or message.pop("token", None) != self.token:
+                self.dropped += 1
+                continue
+            yield message
+
+    def alive(self):
+        return self.proc.poll() is None
 
     def stderr_lines(self, n=20, limit=400):
         """The last `n` non-blank lines the worker wrote to stderr, each cut at `limit`."""
@@ -61,11 +101,21 @@ class _Worker:
         lines = self.stderr_lines(1, limit)
         return lines[-1] if lines else ""
 
-    def stop(self):
-        """Kill the process (if still alive) and reap it; returns its exit status."""
-        if self.proc.poll() is None:
+    def stop(self, grace=0.0):
+        """Let the process exit on its own for up to `grace` s, else kill its group;
+        reap it and kill what its group still holds. Returns its exit status."""
+        if grace and self.alive():
+            try:
+                self.proc.wait(timeout=grace)
+            except subprocess.TimeoutExpired:
+                pass
+        if self.alive():
+            self.killed = True
+            _kill_group(self.proc.pid)
             self.proc.kill()
-        return self.proc.wait()
+        code = self.proc.wait()
+        _kill_group(self.proc.pid)   # children an op left behind
+        return code
 
     def close(self):
         self.stop()
@@ -93,8 +143,10 @@ def _evidence(lines):
     return found
 
 
-def _death(returncode):
+def _death(returncode, killed=False):
     """(signal number or None, text) for a worker's exit status."""
+    if killed:
+        return None, "worker stopped answering (its reply channel closed) and was killed"
     if returncode is not None and returncode < 0:
         try:
             name = signal.Signals(-returncode).name
@@ -111,8 +163,9 @@ class Pool:
     on_pair(pair, n_cases) once a pair is complete.
     """
 
-    def __init__(self, config, size=1, timeout=60.0, python=None, env=None):
+    def __init__(self, config, size=1, timeout=60.0, python=None, env=None, say=None):
         self.config = config
+        self.say = say or (lambda text: print(text, file=sys.stderr, flush=True))
         self.size = max(1, size)
         self.timeout = timeout
         self.command = worker_command(config, python)
@@ -130,6 +183,14 @@ class Pool:
         self.selector.register(worker.proc.stdout, selectors.EVENT_READ, worker)
         self.workers.append(worker)
         return worker
+
+    def _retire_dead(self, worker):
+        """A worker gone between pairs: nothing is lost; say so, and why."""
+        _, text = _death(worker.stop(EXIT_GRACE_S), worker.killed)
+        tail = worker.stderr_tail()
+        self._retire(worker)
+        self.say(f"a worker was gone before its next pair ({text}"
+                 f"{': ' + tail if tail else ''}); a new one takes over, no case lost")
 
     def _retire(self, worker):
         try:
@@ -152,14 +213,17 @@ class Pool:
     # -- one synchronous request (describe, plan) ---------------------------
     def request(self, message, budget=STARTUP_BUDGET_S):
         worker = self.workers[0] if self.workers else self._spawn()
-        worker.send(message)
+        try:
+            worker.send(message)
+        except OSError:
+            pass  # it is gone: its end of the pipe tells how, below
         deadline = time.monotonic() + budget
         while time.monotonic() < deadline:
             data = self._read(worker, deadline - time.monotonic())
             if data is None:
                 continue
             if data == b"":
-                _, text = _death(worker.stop())
+                _, text = _death(worker.stop(EXIT_GRACE_S), worker.killed)
                 tail = worker.stderr_tail()
                 self._retire(worker)
                 raise WorkerError(f"the worker died ({text}){': ' + tail if tail else ''}")
@@ -183,7 +247,7 @@ class Pool:
                 return
             while queue and (len(self.workers) < self.size or any(w.task is None for w in self.workers)):
                 idle = next((w for w in self.workers if w.task is None), None) or self._spawn()
-                self._assign(idle, queue.popleft())
+                self._assign(idle, queue.popleft(), queue)
             for key, _ in self.selector.select(timeout=0.2):
                 worker = key.data
                 try:
@@ -198,8 +262,21 @@ class Pool:
             now = time.monotonic()
             for worker in [w for w in self.workers if w.task and w.deadline < now]:
                 self._lost(worker, queue, on_case, on_pair, timed_out=True)
+            for worker in [w for w in self.workers if not w.alive()]:
+                # Gone without closing its pipe (a child an op forked holds it open).
+                self._drain(worker, on_case, on_pair)
+                self._lost(worker, queue, on_case, on_pair, timed_out=False)
 
-    def _assign(self, worker, pair):
+    def _drain(self, worker, on_case, on_pair):
+        """Handle what a dead worker wrote before it died."""
+        while select_one(worker.proc.stdout, 0):
+            data = os.read(worker.proc.stdout.fileno(), 1 << 16)
+            if not data:
+                return
+            for message in worker.messages(data):
+                self._handle(worker, message, on_case, on_pair)
+
+    def _assign(self, worker, pair, queue):
         worker.task = pair
         worker.index = worker.sample = None
         worker.deadline = time.monotonic() + max(self.timeout, STARTUP_BUDGET_S)
@@ -210,7 +287,12 @@ class Pool:
         if worker.hangs_seen < self.hangs:  # a hung case was killed since: is the device answering?
             message["health_check"] = True
             worker.hangs_seen = self.hangs
-        worker.send(message)
+        try:
+            worker.send(message)
+        except OSError:  # gone before its next request (killed while idle, stdin closed)
+            worker.task = None
+            queue.appendleft(pair)
+            self._retire_dead(worker)
 
     def _handle(self, worker, message, on_case, on_pair):
         kind = message.pop("type")
@@ -238,12 +320,13 @@ class Pool:
     def _lost(self, worker, queue, on_case, on_pair, timed_out):
         """A worker died or overran: charge the case in flight, requeue the rest."""
         pair, index, sample = worker.task, worker.index, worker.sample
-        signum, text = _death(worker.stop())
+        if pair is None:
+            self._retire_dead(worker)
+            return
+        signum, text = _death(worker.stop(0 if timed_out else EXIT_GRACE_S), worker.killed)
         lines = worker.stderr_lines()
         tail = lines[-1] if lines else ""
         self._retire(worker)
-        if pair is None:
-            return
         between_cases = index is None
         if between_cases:
             # Died outside any case (sample generation, say): retry once, then charge the pair.

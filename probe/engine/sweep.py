@@ -112,7 +112,7 @@ class Sweep:
             self.pool.close()
             raise
         _check_writable(options.db_path)
-        schema.inspect(options.db_path)
+        schema.inspect(options.db_path, migratable=True)
         try:
             self.env = self.pool.request({"cmd": "describe"})["env"]
             plan = self.pool.request({"cmd": "plan", "ops": options.ops, "dtypes": options.dtypes})
@@ -178,7 +178,15 @@ class Sweep:
                 self.pool.run(todo, case, pair_finished, should_stop)
             if not should_stop():
                 state = "complete"
-        finally:
-            total, counts = self.writer.finish(state, time.monotonic() - started)
+        except BaseException:
+            # The sweep's own error is what the user sees; the run stays resumable
+            # even when it cannot be marked (a full disk refuses that too).
+            try:
+                self.writer.finish(state, time.monotonic() - started)
+            except schema.DatabaseError:
+                pass
             self.writer.close()
+            raise
+        total, counts = self.writer.finish(state, time.monotonic() - started)
+        self.writer.close()
         return state, total, counts

@@ -3,7 +3,10 @@
 It talks over the file descriptor that started as its stdout; fd 1 itself is
 pointed at stderr, so whatever an op prints cannot corrupt the protocol.
 A crash or hang here costs the parent one case: it reads "begin" before each
-case, so it always knows which case was running.
+case, so it always knows which case was running. Each case runs in the
+worker's own process group, killed when the case ends (groups.py), and each
+reply line carries the token the parent sent as the first line of stdin, so
+that nothing an op writes into the reply pipe is taken for a result.
 
 Requests (stdin, one JSON object a line):
   {"cmd": "describe"}                      -> {"type": "describe", "env": {...}}
@@ -16,25 +19,32 @@ Requests (stdin, one JSON object a line):
       -> the same, one case per captured call of a model (modelcheck/replay.py)
 Any request can instead answer {"type": "fatal", "message": "..."}.
 """
+import contextlib
 import json
 import os
 import sys
 import threading
 import time
 
+from .groups import CaseGroups
+
 HEALTH_CHECK_S = 10.0
 
-def _watch_parent():
-    """Exit when the parent dies, so a killed sweep leaves no workers behind."""
+
+def _watch_parent(groups):
+    """Exit when the parent dies, so a killed sweep leaves no workers behind
+    (nor anything the case in flight started)."""
     parent = os.getppid()
     while True:
         time.sleep(0.5)
         if os.getppid() != parent:
+            if groups.in_case:
+                groups.kill_leftovers()   # the worker's own group: it goes too
             os._exit(0)
 
 
 class Worker:
-    def __init__(self, config, send):
+    def __init__(self, config, send, groups=None):
         import torch
         from . import devices
         self.torch = torch
@@ -47,6 +57,7 @@ class Worker:
             torch.set_num_threads(threads)
         self.target = devices.resolve(config.get("device", "auto"), config.get("backend"))
         self._opinfos = None
+        self.case = groups.case if groups else contextlib.nullcontext
         self._aten_cache = {}  # (op, dtype, sample signature) -> the aten ops it dispatches
         self.modes = self._precision(config.get("strict_precision", False))
 
@@ -123,9 +134,10 @@ class Worker:
                 continue
             self.send({"type": "begin", "index": index, "sample": sample_tools.summarize(sample)})
             try:
-                result = run_case(op.op, dtype, sample, self.target,
-                                  timing=self.config.get("timing", True), op_key=request["op"],
-                                  aten_cache=self._aten_cache, modes=self.modes)
+                with self.case():
+                    result = run_case(op.op, dtype, sample, self.target,
+                                      timing=self.config.get("timing", True), op_key=request["op"],
+                                      aten_cache=self._aten_cache, modes=self.modes)
             except Exception as e:  # a fault of the probe's, reported as such
                 result = {"status": ERROR, "check_kind": "none",
                           "reason": "mpsprobe could not judge this case",
@@ -143,7 +155,9 @@ class Worker:
             if call.index in done:
                 continue
             self.send({"type": "begin", "index": call.index, "sample": call.summary()})
-            result = run_call(call, self.target, timing=self.config.get("timing", True), modes=self.modes)
+            with self.case():
+                result = run_call(call, self.target, timing=self.config.get("timing", True),
+                                  modes=self.modes)
             self.send({"type": "result", "index": call.index, **flagged(result, after_hang)})
         self.send({"type": "pair_done", "n_cases": len(calls)})
 
@@ -155,18 +169,34 @@ def flagged(result, after_hang):
     return dict(result, notes=dict(result.get("notes") or {}, **after_hang))
 
 
+def _sender(protocol, token):
+    """send(message): one authenticated reply line (the token lives only in this closure)."""
+    def send(message):
+        protocol.write(json.dumps(dict(message, token=token)) + "\n")
+        protocol.flush()
+    return send
+
+
 def main(config_json):
-    protocol = os.fdopen(os.dup(1), "w", buffering=1)
+    protocol = os.fdopen(os.dup(1), "w", buffering=1)   # os.dup: not inherited by children
     os.dup2(2, 1)
     sys.stdout = sys.stderr
-
-    def send(message):
-        protocol.write(json.dumps(message) + "\n")
-        protocol.flush()
-
-    threading.Thread(target=_watch_parent, daemon=True).start()
+    send = _sender(protocol, json.loads(sys.stdin.readline()))   # the parent's first line
+    groups = CaseGroups()
+    threading.Thread(target=_watch_parent, args=(groups,), daemon=True).start()
     try:
-        worker = Worker(json.loads(config_json), send)
+        _serve(json.loads(config_json), send, groups)
+    except BaseException as e:  # SystemExit, KeyboardInterrupt, a reply channel gone, ...
+        # Said on stderr, then exit with a status of our own: the parent
+        # records "exited with status N" and this line, not a signal.
+        sys.stderr.write(f"\nmpsprobe worker exiting on {type(e).__name__}: {e}\n")
+        sys.stderr.flush()
+        os._exit(e.code if isinstance(e, SystemExit) and isinstance(e.code, int) else 1)
+
+
+def _serve(config, send, groups):
+    try:
+        worker = Worker(config, send, groups)
     except Exception as e:
         send({"type": "fatal", "message": str(e) or type(e).__name__})
         return

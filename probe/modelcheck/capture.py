@@ -88,6 +88,9 @@ def capture(loaded, train=False, optimizer="sgd", on_call=None, portable=True):
     tracker = ModuleTracker(model, root_name=loaded.name)
     cap = AtenCapture(where=tracker.current, on_call=on_call)
     optimizers = {"sgd": torch.optim.SGD, "adam": torch.optim.Adam, "adamw": torch.optim.AdamW}
+    if train and not any(p.requires_grad for p in model.parameters()):
+        raise CheckError(f"--train: {loaded.name} has no trainable parameters, so there is no "
+                         "training step to capture; check it without --train")
     opt = optimizers[optimizer](model.parameters(), lr=1e-3) if train else None
     model.train(train)
     try:
@@ -176,7 +179,11 @@ class ModuleTracker:
     def __enter__(self):
         for path, module in self.root.named_modules():
             name = path or self.root_name
-            self._handles.append(module.register_forward_pre_hook(self._enter_hook(name)))
+            try:
+                self._handles.append(module.register_forward_pre_hook(self._enter_hook(name)))
+            except RuntimeError:
+                continue  # a scripted module takes no hooks: its ops count under its nearest
+                          # hookable parent (or the model)
             self._handles.append(module.register_forward_hook(self._exit_hook(name)))
         return self
 

@@ -21,6 +21,9 @@ import torch.nn.functional as F
 from mpsprobe.errors import MpsprobeError
 
 
+MAX_INPUT_ELEMENTS = 1 << 28   # 1 GiB of float32: far beyond an example input
+
+
 class ModelError(MpsprobeError):
     """The model cannot be loaded or built: one line for the user."""
 
@@ -41,6 +44,13 @@ def parse_shape(text):
         raise ModelError(f"--input takes a shape like 1,3,224,224 (got {text!r})") from None
     if not shape or any(n < 0 for n in shape):
         raise ModelError(f"--input takes a shape like 1,3,224,224 (got {text!r})")
+    elements = 1
+    for n in shape:
+        elements *= n
+    if elements > MAX_INPUT_ELEMENTS:
+        raise ModelError(f"--input {text} is {elements:,} elements ({elements * 4 / 2**30:,.1f} "
+                         f"GiB as float32); an example input needs far fewer (at most "
+                         f"{MAX_INPUT_ELEMENTS:,})")
     return shape
 
 
@@ -90,6 +100,9 @@ def _from_torchvision(name, input_shape):
     except ImportError:
         raise ModelError("torchvision is not installed: pip install torchvision "
                          "(or describe the model in a .py file defining build())") from None
+    except Exception as e:   # a torchvision built for another torch fails with RuntimeError
+        raise ModelError(f"torchvision could not be imported ({_first_line(e)}); install the "
+                         "torchvision that matches this torch") from None
     try:
         model = torchvision.models.get_model(name, weights=None)
     except (ValueError, KeyError):
@@ -106,6 +119,9 @@ def load(spec, input_shape=None):
     torch.manual_seed(0)
     if spec.startswith("torchvision:"):
         return _from_torchvision(spec.partition(":")[2], input_shape)
+    if not spec.endswith(".py"):
+        raise ModelError(f"{spec}: a model is a .py file defining build(), torchvision:NAME, "
+                         "or an op list written by --export (.json)")
     loaded = _from_file(spec)
     if input_shape is not None:
         loaded.inputs = torch.randn(input_shape)

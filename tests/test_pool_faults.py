@@ -1,0 +1,95 @@
+"""Worker faults beyond a crash: the true cause, leftovers of an op, forged replies, a lost pipe.
+
+The session's faulty sweep (conftest.faulty_sweep) fires, on each of these
+ops' first case, one fault of tests/faulty_backend.py. Each must cost at
+most its own case, be recorded with the cause the OS reports once the worker
+has really gone (an exit status is not a SIGKILL), leave no process behind,
+and nothing an op writes into the reply pipe may be taken for a result.
+"""
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from mpsprobe.vocabulary import CRASH, PASS
+
+
+def _case(rows, db, op, index):
+    found = rows(db, "SELECT * FROM results WHERE case_id = ?", [f"{op}|float32|{index}"])
+    assert len(found) == 1, (op, index)
+    return found[0]
+
+
+@pytest.mark.parametrize("op, status_text, exception", [
+    ("abs", "exited with status 4", "SystemExit"),
+    ("sin", "exited with status 1", "OSError"),   # its reply channel closed under it
+])
+def test_an_exit_is_recorded_as_an_exit_not_a_kill(faulty_sweep, rows, op, status_text, exception):
+    hit = _case(rows, faulty_sweep["db"], op, 0)
+    assert hit["status"] == CRASH and hit["reason_kind"] == "exit" and hit["signal"] is None
+    assert status_text in hit["reason"] and "SIGKILL" not in hit["reason"], hit["reason"]
+    assert exception in hit["message"], hit["message"]
+
+
+def test_a_fork_then_segfault_is_a_crash_not_a_timeout(faulty_sweep, rows):
+    hit = _case(rows, faulty_sweep["db"], "ceil", 0)
+    assert hit["status"] == CRASH and hit["signal"] == int(signal.SIGSEGV), hit
+
+
+# In a worker of its own: its describe() raises, as an op would mid-case.
+RAISING_WORKER = """
+import sys
+from mpsprobe.engine import worker
+class Escape(BaseException):
+    pass
+def describe(self, request):
+    raise {exception}
+worker.Worker.describe = describe
+worker.main('{{"device": "cpu"}}')
+"""
+
+
+def test_a_worker_exits_with_a_status_naming_the_exception():
+    expected = {"SystemExit(4)": 4, "KeyboardInterrupt": 1, "Escape('out')": 1}
+    request = json.dumps("token") + "\n" + json.dumps({"cmd": "describe"}) + "\n"
+    procs = {exception: subprocess.Popen(
+        [sys.executable, "-c", RAISING_WORKER.format(exception=exception)], stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for exception in expected}
+    for exception, proc in procs.items():
+        out, err = proc.communicate(request, timeout=120)
+        assert proc.returncode == expected[exception], err[-2000:]   # an exit, never a signal
+        assert f"exiting on {exception.split('(')[0]}" in err, err[-2000:]
+
+
+def _alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_nothing_an_op_starts_outlives_its_case(faulty_sweep):
+    pids = [int(p) for p in (faulty_sweep["once"] / "spawned").read_text().split()]
+    assert len(pids) == 2
+    assert not [p for p in pids if _alive(p)]
+
+
+def test_a_worker_gone_before_its_next_request_costs_nothing_and_says_so(tmp_path, rows):
+    """Killed while idle: the next request meets a broken pipe; the pair is run by another."""
+    from mpsprobe.engine.pool import Pool
+    said, cases, pairs = [], [], []
+    pool = Pool({"device": "cpu", "samples": 1, "timing": False}, size=1, say=said.append)
+    with pool:
+        pool.request({"cmd": "describe"})
+        worker = pool.workers[0]
+        os.kill(worker.proc.pid, signal.SIGKILL)
+        worker.proc.wait()
+        pool.run([{"op": "abs", "dtype": "float32"}],
+                 lambda pair, index, sample, result: cases.append((index, result["status"])),
+                 lambda pair, n: pairs.append(n))
+    assert cases == [(0, PASS)] and pairs == [1]
+    assert said and "SIGKILL" in said[0] and "no case lost" in said[0]
