@@ -199,6 +199,9 @@ def bench_summary(result):
                  f"({env.get('device_name')}) against the CPU ({env.get('cpu_threads')} threads), "
                  f"torch {env.get('torch_version')}, {result.wall_s:.1f} s")
     lines.append(f"recorded as run {result.run_id} in {result.db_path}")
+    return lines
+
+
 def ops_table(found, statuses=None, run=None):
     """`ops`: one line per op: id, aten name, dtypes, and its status when a database is given."""
     from mpsprobe.vocabulary import STATUS
