@@ -38,15 +38,23 @@ def shape_only(op_key):
 
 
 def random_sample(op_key, args):
-    """Whether this sample of `op_key` draws random values (so has a distribution, not a value)."""
-    if distributions.random_op(op_key) is None:
-        return False
+    """Whether this sample of `op_key` draws random values (so has a distribution, not a value):
+    a random op's drawing sample, or any op's sample applying dropout with p > 0 in training."""
     inp, rest, kwargs = args
     try:
         params = distributions.sample_params(op_key, inp, rest, kwargs)
     except Exception:
-        return True  # parameters unreadable: never compared as values
+        # parameters unreadable: a random op's sample is never compared as values
+        return distributions.random_op(op_key) is not None
     return distributions.is_random_sample(op_key, params)
+
+
+def random_unchecked(op_key):
+    """Why a random sample of `op_key` is checked for shape, dtype and device only (no
+    distribution check is known for it), or None where its distribution is checked."""
+    if distributions.random_op(op_key) is not None:
+        return None
+    return "dropout with p > 0 in training: random draws, no unique answer"
 
 
 @dataclass
