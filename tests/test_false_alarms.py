@@ -76,3 +76,45 @@ def test_the_dropout_decision_reads_the_ops_own_parameters():
     assert not D.is_random_sample("norm", D.sample_params("norm", x, (2,)))
     assert not D.is_random_sample("cumsum", D.sample_params("cumsum", x, (1,)))
     assert not D.is_random_sample("no.such.op", D.sample_params("no.such.op", x))
+
+
+def _vector_cases():
+    g = torch.Generator().manual_seed(11)
+    a = torch.randn(5, 5, dtype=torch.complex128, generator=g)
+    h = a + a.mH
+    b = torch.randn(3, 2, dtype=torch.float64, generator=g)
+    c = torch.randn(3, 2, dtype=torch.float64, generator=g)
+    from torch.testing._internal.common_methods_invocations import op_db
+    lowrank = {o.name: o for o in op_db if o.name in ("svd_lowrank", "pca_lowrank")}
+    return [("linalg.eigh", torch.linalg.eigh, torch.complex128, SampleInput(h, kwargs={"UPLO": "U"})),
+            ("linalg.eigh", torch.linalg.eigh, torch.float64, SampleInput(h.real.clone())),
+            ("linalg.eig", torch.linalg.eig, torch.float64, SampleInput(a.real.clone())),
+            ("svd_lowrank", lowrank["svd_lowrank"], torch.float64, SampleInput(b, args=(c,), kwargs={"q": 2})),
+            ("pca_lowrank", lowrank["pca_lowrank"], torch.float64,
+             SampleInput(b, args=(c,), kwargs={"q": 2, "center": False}))]
+
+
+@pytest.mark.parametrize("key,op,dtype,sample", _vector_cases(), ids=[c[0] for c in _vector_cases()])
+def test_vectors_that_cannot_be_put_in_canonical_form_are_never_compared_as_they_stand(key, op, dtype, sample,
+                                                                                     monkeypatch):
+    """Turning the target's vectors to the CPU's phases may fail where the target's outputs
+    live elsewhere (a GPU): the vectors are then not unique as they stand, and never a mismatch."""
+    from mpsprobe.engine import ambiguity
+    real = ambiguity.canonical
+    calls = []
+
+    def failing_for_the_target(op_key, out, cpu_out, dtype):
+        calls.append(op_key)
+        if len(calls) == 1:  # the target's outputs come first
+            raise RuntimeError("Expected all tensors to be on the same device")
+        return real(op_key, out, cpu_out, dtype)
+    monkeypatch.setattr(ambiguity, "canonical", failing_for_the_target)
+    result = run_case(op, dtype, sample, WrongTarget("phase"), timing=False, op_key=key)
+    assert result["status"] != MISMATCH, result["reason"]
+    assert (result["status"], result["reason_kind"]) == (SKIP, NO_UNIQUE_ANSWER), result["reason"]
+    if key != "linalg.eig":  # eigenvalues (unordered for eig) and singular values are still compared
+        calls.clear()
+        assert run_case(op, dtype, sample, WrongTarget("zeros"), timing=False, op_key=key)["status"] == MISMATCH
+    monkeypatch.setattr(ambiguity, "canonical", real)
+    assert run_case(op, dtype, sample, WrongTarget("phase"), timing=False, op_key=key)["status"] == PASS
+    assert run_case(op, dtype, sample, WrongTarget("zeros"), timing=False, op_key=key)["status"] == MISMATCH

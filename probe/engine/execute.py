@@ -232,6 +232,8 @@ def run_case(op, dtype, sample, target, nondeterministic=False, timing=True, unc
                       auxiliary=how.auxiliary, trivial_input=trivial_input, modes=mode_allowance)
     if misplaced:
         verdict.fail(misplaced, METADATA)
+    if how.cannot_tell:
+        verdict.cannot_tell(how.cannot_tell)
     fields.update(check_kind=verdict.check_kind, max_abs_err=verdict.max_abs_err,
                   max_rel_err=verdict.max_rel_err, ref_abs_err=verdict.ref_abs_err,
                   tol_atol=verdict.atol, tol_rtol=verdict.rtol,
