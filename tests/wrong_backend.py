@@ -13,7 +13,10 @@ reduced-precision mode it must accept:
 - "tf32_wrong": as "tf32", but matmul and convolution inputs rounded to 4
             bits: beyond what TF32 allows;
 - "phase":  right, but eigenvectors and singular vectors turned by another
-            phase (a sign when real) per vector, as another LAPACK may return.
+            phase (a sign when real) per vector, as another LAPACK may return;
+- "redraw": right, but every op that draws (dropout, bernoulli, rand, ...)
+            draws from another seed: other, equally valid random values, as
+            a device with another generator returns.
 
 WRONG (the environment variable) picks the behaviour for `--backend
 tests/wrong_backend.py`; tests build targets directly with WrongTarget(kind).
@@ -52,6 +55,9 @@ class _Wrong(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         name = aten_name(func)
+        if self.kind == "redraw" and torch.Tag.nondeterministic_seeded in func.tags:
+            self.draws = getattr(self, "draws", 0) + 1
+            torch.manual_seed(7919 * self.draws + 1)
         if self.kind.startswith("tf32") and family_of(name) and func._schema.is_mutable is False:
             bits = 10 if self.kind == "tf32" else 4
 
@@ -65,6 +71,8 @@ class _Wrong(TorchDispatchMode):
             return out
         if self.kind == "phase":
             return _turned(name, out)
+        if self.kind == "redraw":
+            return out
         if self.kind.startswith("tf32"):
             if name.startswith("aten::native_batch_norm") and not args[5] and out[1].numel() == 0:
                 channels = args[0].shape[1]

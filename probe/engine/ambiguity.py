@@ -197,6 +197,9 @@ def pooled_promise(op_key, inp, args, out):
 # --- eigenvectors and singular vectors ------------------------------------------------
 
 VECTOR_OPS = ("linalg.eigh", "linalg.eig", "linalg.svd", "svd", "svd_lowrank", "pca_lowrank", "linalg.eigvals")
+# Per op, the outputs (as the op returns them) not unique before canonical(): vectors,
+# and linalg.eig's unordered eigenvalues.
+RAW_AMBIGUOUS = {"linalg.eigh": (1,), "linalg.eig": (0, 1), "linalg.eigvals": (0,)}
 # Ops returning V where linalg.svd returns Vh.
 _RETURNS_V = ("svd", "svd_lowrank", "pca_lowrank")
 

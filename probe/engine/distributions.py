@@ -37,6 +37,7 @@ correct float16 or bfloat16 generator is not a false alarm either.
 """
 import fnmatch
 import functools
+import inspect
 import math
 from dataclasses import dataclass
 from typing import Callable, NamedTuple
@@ -835,9 +836,98 @@ def is_shape_only(op_name):
     return any(fnmatch.fnmatchcase(op_name, p) for p in SHAPE_ONLY_PATTERNS)
 
 
+# --- dropout inside other ops ---------------------------------------------------------
+#
+# Attention, multi-head attention, RNNs and the like apply dropout when given a
+# positive dropout probability (in training, where they take a training flag):
+# such a sample draws, whatever the op is called. Read from the op's own
+# parameter names (its Python signature, else its aten schema), never from a list.
+
+DROPOUT_NAMES = ("dropout_p", "dropout")
+TRAINING_NAMES = ("training", "train")
+
+
+def _resolve(op_name):
+    """The torch callable an OpInfo op name (with or without a variant) names, or None."""
+    parts = op_name[len("torch."):].split(".") if op_name.startswith("torch.") else op_name.split(".")
+    for end in range(len(parts), 0, -1):
+        obj = torch
+        try:
+            for part in parts[:end]:
+                obj = getattr(obj, part)
+        except AttributeError:
+            continue
+        if callable(obj):
+            return obj
+    return None
+
+
+@functools.lru_cache(maxsize=None)
+def op_parameters(op_name):
+    """((positional names), {name: default}) of the op `op_name` names, or None where unreadable."""
+    fn = _resolve(op_name)
+    if fn is None:
+        return None
+    try:
+        sig = inspect.signature(fn)
+        kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+        params = [p for p in sig.parameters.values()
+                  if p.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)]
+        if params:
+            return (tuple(p.name for p in params if p.kind in kinds),
+                    {p.name: (None if p.default is inspect.Parameter.empty else p.default) for p in params})
+    except (TypeError, ValueError):
+        pass
+    qualified = getattr(fn, "_qualified_op_name", None) or f"aten::{getattr(fn, '__name__', '')}"
+    try:
+        schemas = torch._C._jit_get_schemas_for_operator(qualified)
+    except Exception:
+        return None
+    if not schemas:
+        return None
+    args = schemas[0].arguments
+    return (tuple(a.name for a in args if not a.kwarg_only), {a.name: a.default_value for a in args})
+
+
+def _number(v):
+    if isinstance(v, torch.Tensor):
+        return float(v) if v.numel() == 1 and not v.is_complex() else None
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        return float(v)
+    return None
+
+
+def dropout_params(op_name, inp, args=(), kwargs=None):
+    """{"dropout": p, "training": flag} where `op_name` takes a dropout probability, else {}."""
+    try:
+        names = op_parameters(op_name)
+    except Exception:
+        return {}
+    if names is None:
+        return {}
+    positional, defaults = names
+    if not any(n in defaults for n in DROPOUT_NAMES):
+        return {}
+    bound = dict(defaults)
+    bound.update(zip(positional, (inp,) + tuple(args)))
+    bound.update(kwargs or {})
+    p = next((_number(bound[n]) for n in DROPOUT_NAMES if n in bound), None)
+    training = next((bound[n] for n in TRAINING_NAMES if n in bound), True)
+    # An unreadable probability counts as drawing: a sample is compared by value only when it cannot draw.
+    return {"dropout": 1.0 if p is None else p, "training": True if training is None else bool(training)}
+
+
 def sample_params(op_name, inp, args=(), kwargs=None):
-    """The named parameters (p, mean/std, low/high, input, ...) of one sample of `op_name`."""
+    """The named parameters (p, mean/std, low/high, input, ...) of one sample of `op_name`;
+    for an op outside the table, its dropout probability and training flag, if it takes them."""
+    if op_name not in RANDOM_OPS:
+        return dropout_params(op_name, inp, tuple(args), dict(kwargs or {}))
     return RANDOM_OPS[op_name].params(inp, tuple(args), dict(kwargs or {}))
+
+
+def applies_dropout(params):
+    """Whether the dropout parameters of a sample (`dropout_params`) make it draw: p > 0, in training."""
+    return bool(params) and params.get("dropout", 0) > 0 and bool(params.get("training", True))
 
 
 def is_random_sample(op_name, sample_kwargs):
@@ -845,10 +935,13 @@ def is_random_sample(op_name, sample_kwargs):
 
     False for ops that are not random, for empty outputs, and for samples that
     are deterministic: dropout with p = 0 or p = 1 or not training, rrelu in
-    eval mode, bernoulli with every p in {0, 1}, a zero std, ...
+    eval mode, bernoulli with every p in {0, 1}, a zero std, ... True for any
+    other op applying dropout with p > 0 in training (attention and the like).
     """
     entry = RANDOM_OPS.get(op_name)
-    return bool(entry is not None and entry.random(sample_kwargs))
+    if entry is None:
+        return applies_dropout(sample_kwargs)
+    return bool(entry.random(sample_kwargs))
 
 
 def check_kind(op_name, sample_kwargs):

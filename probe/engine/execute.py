@@ -215,7 +215,7 @@ def run_case(op, dtype, sample, target, nondeterministic=False, timing=True, unc
     # Every fallback counts, named or not: a warning that names no op still says the work ran on the CPU.
     fallen_back = (fell["ops"] + (["an op no warning names"] if fell["unnamed"] else [])) if fell else []
 
-    how = judge.Judgement()
+    how = judge.Judgement(why=judge.random_unchecked(op_key) if random else None)
     device_type = target.torch_device.type
     # Where the target put its outputs is judged on the outputs as returned: judge.prepare
     # may rewrite them (indices into values, canonical phases) on the CPU.
@@ -232,6 +232,8 @@ def run_case(op, dtype, sample, target, nondeterministic=False, timing=True, unc
                       auxiliary=how.auxiliary, trivial_input=trivial_input, modes=mode_allowance)
     if misplaced:
         verdict.fail(misplaced, METADATA)
+    if how.cannot_tell:
+        verdict.cannot_tell(how.cannot_tell)
     fields.update(check_kind=verdict.check_kind, max_abs_err=verdict.max_abs_err,
                   max_rel_err=verdict.max_rel_err, ref_abs_err=verdict.ref_abs_err,
                   tol_atol=verdict.atol, tol_rtol=verdict.rtol,
@@ -240,7 +242,7 @@ def run_case(op, dtype, sample, target, nondeterministic=False, timing=True, unc
     judged = list(verdict.notes) + ([how.why] if how.why else [])
     status, reason, kind = judge.status_of(verdict, how, fallen_back, shape_only, applicable,
                                            bool(mode_allowance))
-    if random and verdict.ok and not fallen_back:
+    if random and verdict.ok and not fallen_back and judge.random_unchecked(op_key) is None:
         status, reason, kind, drawn = judge.distribution(op_key, draw_args, target)
         judged += drawn.pop("notes", [])
         fields.update(drawn)

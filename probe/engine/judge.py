@@ -38,15 +38,23 @@ def shape_only(op_key):
 
 
 def random_sample(op_key, args):
-    """Whether this sample of `op_key` draws random values (so has a distribution, not a value)."""
-    if distributions.random_op(op_key) is None:
-        return False
+    """Whether this sample of `op_key` draws random values (so has a distribution, not a value):
+    a random op's drawing sample, or any op's sample applying dropout with p > 0 in training."""
     inp, rest, kwargs = args
     try:
         params = distributions.sample_params(op_key, inp, rest, kwargs)
     except Exception:
-        return True  # parameters unreadable: never compared as values
+        # parameters unreadable: a random op's sample is never compared as values
+        return distributions.random_op(op_key) is not None
     return distributions.is_random_sample(op_key, params)
+
+
+def random_unchecked(op_key):
+    """Why a random sample of `op_key` is checked for shape, dtype and device only (no
+    distribution check is known for it), or None where its distribution is checked."""
+    if distributions.random_op(op_key) is not None:
+        return None
+    return "dropout with p > 0 in training: random draws, no unique answer"
 
 
 @dataclass
@@ -57,11 +65,18 @@ class Judgement:
     unchecked: tuple = ()
     why: str = None          # why some outputs have no unique answer
     auxiliary: dict = field(default_factory=dict)
+    cannot_tell: str = None  # why the outputs checked leave the case undecided
 
 
 def prepare(op_key, cpu_args, target_out, cpu_out, truth_out, dtype):
-    """The outputs in the form to compare them, and which have no unique answer."""
+    """The outputs in the form to compare them, and which have no unique answer.
+
+    The target's outputs are read on the CPU here (their placement is judged before):
+    rewriting them against the CPU's (pivots, orders, indices) must not depend on
+    where the target put them.
+    """
     inp, rest, kwargs = cpu_args
+    target_out = _on_cpu(target_out)
     positions, dim, unchecked, why = ambiguity.tie_outputs(op_key, inp, rest, kwargs)
     if positions:
         try:
@@ -83,12 +98,18 @@ def prepare(op_key, cpu_args, target_out, cpu_out, truth_out, dtype):
         except Exception:  # a malformed target output: the plain comparison says so
             pass
     cpu_out_raw = cpu_out
+    cannot_tell = None
     if op_key in ambiguity.VECTOR_OPS and isinstance(cpu_out, (tuple, list, torch.Tensor)):
         try:
             canon = [ambiguity.canonical(op_key, out, cpu_out, dtype) if out is not None else (None, (), None)
                      for out in (target_out, cpu_out, truth_out)]
-        except Exception:  # a malformed target output: leave it to the plain comparison
+        except Exception as e:
+            # Vectors not put in canonical form are not unique as they stand: never compared
+            # by value (a malformed output still fails on its structure, shape or dtype).
             canon = None
+            unchecked = ambiguity.RAW_AMBIGUOUS.get(op_key, (0, 2))  # U and V(h) for the SVDs
+            why = f"eigen/singular vectors not comparable up to phase ({type(e).__name__})"
+            cannot_tell = f"{why}: the vectors are unchecked"
         if canon:
             (target_out, _, _), (cpu_out, unchecked, why), (truth_out, _, _) = canon
         if op_key in ("svd_lowrank", "pca_lowrank") and not ambiguity.lowrank_exact(
@@ -98,7 +119,12 @@ def prepare(op_key, cpu_args, target_out, cpu_out, truth_out, dtype):
     rules = auxiliary.auxiliary_outputs(op_key)
     n = len(cpu_out) if isinstance(cpu_out, (tuple, list)) else 1
     rules = {i: r for i, r in rules.items() if n > 1 and i < n}
-    return Judgement(target_out, cpu_out, truth_out, tuple(unchecked), why, rules)
+    return Judgement(target_out, cpu_out, truth_out, tuple(unchecked), why, rules, cannot_tell)
+
+
+def _on_cpu(out):
+    return tree_map(lambda x: x.detach().cpu() if isinstance(x, torch.Tensor) and x.device.type != "cpu"
+                    else x, out)
 
 
 # --- reduced-precision modes ----------------------------------------------------------
