@@ -66,3 +66,16 @@ class AtenCapture(TorchDispatchMode):
     def ops(self):
         """Distinct op names in first-dispatch order."""
         return list(self.counts)
+
+
+def recorder_with_shapes():
+    """An AtenCapture that also keeps, per aten op, its first call's input shapes
+    (what the precision allowance needs to infer a reduction length)."""
+    import torch
+    from torch.utils._pytree import tree_flatten
+    shapes = {}
+
+    def on_call(func, call_args, call_kwargs, out):
+        shapes.setdefault(aten_name(func), [tuple(x.shape) for x in tree_flatten((call_args, call_kwargs))[0]
+                                            if isinstance(x, torch.Tensor)])
+    return AtenCapture(on_call=on_call), shapes

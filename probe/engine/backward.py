@@ -23,7 +23,7 @@ from torch.utils._pytree import tree_flatten
 from mpsprobe.ops import samples as sample_tools
 from mpsprobe.vocabulary import REASON_KINDS, SKIP
 from . import ambiguity, classify, judge, precision
-from .aten import AtenCapture, aten_name
+from .aten import recorder_with_shapes
 from .execute import _call, _call_on_target, _result
 from .timing import median_ms
 from .verdict import compare
@@ -104,12 +104,7 @@ def _record_backward(op, args, positions, grad_outputs, cache, key):
     a call of its own, never the reference's (a dispatch mode can change results)."""
     if cache is not None and key in cache:
         return cache[key]
-    shapes = {}
-
-    def on_call(func, call_args, call_kwargs, out):
-        shapes.setdefault(aten_name(func), [tuple(x.shape) for x in tree_flatten((call_args, call_kwargs))[0]
-                                            if isinstance(x, torch.Tensor)])
-    capture = AtenCapture(on_call=on_call)
+    capture, shapes = recorder_with_shapes()
     try:
         outputs = _picked(_call(op, args), positions)
         inputs = _grad_inputs(args)

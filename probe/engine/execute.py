@@ -9,7 +9,7 @@ from mpsprobe.ops import samples as sample_tools
 from mpsprobe.vocabulary import FALLBACK, MISMATCH, SKIP
 from .verdict import METADATA
 from . import classify, judge
-from .aten import AtenCapture, aten_name
+from .aten import recorder_with_shapes
 from .judge import REFERENCE_FAILED
 from .verdict import compare
 from .timing import median_ms
@@ -110,12 +110,7 @@ def _record_aten(op, args, cache, key):
     """
     if cache is not None and key in cache:
         return cache[key]
-    shapes = {}
-
-    def on_call(func, call_args, call_kwargs, out):
-        shapes.setdefault(aten_name(func), [tuple(x.shape) for x in tree_flatten((call_args, call_kwargs))[0]
-                                            if isinstance(x, torch.Tensor)])
-    capture = AtenCapture(on_call=on_call)
+    capture, shapes = recorder_with_shapes()
     try:
         with capture:
             _call(op, args)
