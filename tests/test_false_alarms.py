@@ -118,3 +118,36 @@ def test_vectors_that_cannot_be_put_in_canonical_form_are_never_compared_as_they
     monkeypatch.setattr(ambiguity, "canonical", real)
     assert run_case(op, dtype, sample, WrongTarget("phase"), timing=False, op_key=key)["status"] == PASS
     assert run_case(op, dtype, sample, WrongTarget("zeros"), timing=False, op_key=key)["status"] == MISMATCH
+
+
+def _cumsum_sample():
+    g = torch.Generator().manual_seed(0)
+    x = (torch.rand(5, 5, 5, generator=g, dtype=torch.float64) * 18 - 9).to(torch.float16)
+    x[:, :, 0] = torch.tensor([10.0, -10.0, 0.0049, 0.0, 0.0], dtype=torch.float16)  # cancellation along dim 1
+    return SampleInput(x, args=(1,))
+
+
+def test_a_half_precision_sum_in_another_order_passes_within_its_derived_error(monkeypatch):
+    from mpsprobe.engine import judge
+    sample = _cumsum_sample()
+    result = run_case(torch.cumsum, torch.float16, sample, WrongTarget("reorder"), timing=False, op_key="cumsum")
+    assert result["status"] == PASS, result["reason"]
+    assert result["precision_mode"] == "fp16_summation"
+    # wrong answers stay wrong: terms rounded to 5 bits, zeros
+    for kind in ("coarse_sum", "zeros"):
+        wrong = run_case(torch.cumsum, torch.float16, sample, WrongTarget(kind), timing=False, op_key="cumsum")
+        assert wrong["status"] == MISMATCH, kind
+    # without the summation's allowance the other order was called wrong
+    monkeypatch.setattr(judge, "summation_allowance", lambda *a: {})
+    plain = run_case(torch.cumsum, torch.float16, sample, WrongTarget("reorder"), timing=False, op_key="cumsum")
+    assert plain["status"] == MISMATCH, plain["reason"]
+
+
+def test_the_summation_allowance_reaches_sums_and_scans_in_half_precision_only():
+    from mpsprobe.engine import judge
+    x = torch.randn(4, 6).to(torch.float16)
+    assert judge.summation_allowance(torch.cumsum, (x, (1,), {}), torch.float16, ["aten::cumsum"], x.cumsum(1))
+    assert not judge.summation_allowance(torch.cumsum, (x.float(), (1,), {}), torch.float32, ["aten::cumsum"],
+                                         x.float().cumsum(1))
+    assert not judge.summation_allowance(torch.cumprod, (x, (1,), {}), torch.float16, ["aten::cumprod"], x.cumprod(1))
+    assert not judge.summation_allowance(torch.sub, (x, (x,), {}), torch.float16, ["aten::sub.Tensor"], x - x)

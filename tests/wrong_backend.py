@@ -14,6 +14,9 @@ reduced-precision mode it must accept:
             bits: beyond what TF32 allows;
 - "phase":  right, but eigenvectors and singular vectors turned by another
             phase (a sign when real) per vector, as another LAPACK may return;
+- "reorder": right, but cumsum in float16 sums each prefix smallest term first, every
+            running sum rounded to float16: another valid summation order;
+- "coarse_sum": as "reorder", with the terms rounded to 5 mantissa bits: wrong;
 - "redraw": right, but every op that draws (dropout, bernoulli, rand, ...)
             draws from another seed: other, equally valid random values, as
             a device with another generator returns.
@@ -66,6 +69,9 @@ class _Wrong(TorchDispatchMode):
                     return round_to_mantissa(x, bits)
                 return x
             args, kwargs = tree_map(rounded, (args, kwargs))
+        if self.kind in ("reorder", "coarse_sum") and name.startswith("aten::cumsum") \
+                and args[0].dtype == torch.float16:
+            return _reordered_cumsum(args[0], args[1], 10 if self.kind == "reorder" else 5)
         out = func(*args, **kwargs)
         if name.startswith(_MOVES):
             return out
@@ -89,6 +95,19 @@ class _Wrong(TorchDispatchMode):
                 return first.clone()
             return torch.zeros_like(x)
         return tree_map(wrong, out)
+
+
+def _reordered_cumsum(x, dim, bits):
+    x = round_to_mantissa(x.to(torch.float32), bits).to(torch.float16).movedim(dim, -1)
+    out = torch.empty_like(x)
+    for i in range(x.shape[-1]):
+        # the prefix's terms from the smallest to the largest
+        terms = x[..., :i + 1].gather(-1, x[..., :i + 1].abs().argsort(dim=-1, stable=True))
+        acc = terms[..., 0]
+        for j in range(1, i + 1):
+            acc = (acc.to(torch.float32) + terms[..., j].to(torch.float32)).to(torch.float16)
+        out[..., i] = acc
+    return out.movedim(-1, dim)
 
 
 def _phase(vectors):

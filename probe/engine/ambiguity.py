@@ -264,6 +264,8 @@ def canonical(op_key, out, cpu_out, dtype):
         return _matched(out, None, cpu_out)[0], (), None
     if op_key not in VECTOR_OPS or not isinstance(out, (tuple, list)):
         return out, (), None
+    if any(isinstance(t, torch.Tensor) and t.numel() == 0 for t in cpu_out):
+        return tuple(out), (), None  # an empty matrix: no vectors to turn, nothing but shapes
     if op_key in _RETURNS_V and not bool((cpu_out[0] != 0).any()):
         return tuple(out), (), None  # compute_uv=False: U and V are zero placeholders
     if op_key in ("linalg.eigh", "linalg.eig"):

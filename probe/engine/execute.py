@@ -222,6 +222,8 @@ def run_case(op, dtype, sample, target, nondeterministic=False, timing=True, unc
     if values and modes:
         applicable, mode_allowance = judge.precision_allowance(op, cpu_args, dtype, aten_ops, aten_shapes,
                                                               modes, cpu_out)
+    if values and not mode_allowance:
+        mode_allowance = judge.summation_allowance(op, cpu_args, dtype, aten_ops, cpu_out)
     verdict = compare(target_out, cpu_out, truth_out, dtype, values=values,
                       device_type=None, unchecked=tuple(unchecked) + how.unchecked,
                       auxiliary=how.auxiliary, trivial_input=trivial_input, modes=mode_allowance)

@@ -185,6 +185,42 @@ def precision_allowance(op, cpu_args, dtype, aten_ops, shapes, modes, cpu_out):
     return applicable, allowed
 
 
+# Sums and scans: each output a sum of terms, each running sum rounded to the output dtype.
+_SUMS = frozenset({"sum", "cumsum", "cumsum_", "_cumsum", "mean"})
+_SUMMATION_MODES = {torch.float16: "fp16_summation", torch.bfloat16: "bf16_summation"}
+
+
+def summation_allowance(op, cpu_args, dtype, aten_ops, cpu_out):
+    """{output position: (Applicable, per-element allowance)} for a sum or scan in float16
+    or bfloat16, else {}.
+
+    Summing k terms with every running sum rounded (as the CPU does too), in whatever
+    order, errs by at most k·u·Σ|terms| (recursive summation, u the unit roundoff):
+    another order errs elsewhere, as much. Σ|terms| is the op run on magnitudes in
+    float64; k the longest dimension of any input, the longest sum along one dim.
+    """
+    name = _SUMMATION_MODES.get(dtype)
+    ops = {precision.base_name(a) for a in aten_ops or ()}
+    if name is None or not ops & _SUMS or not ops <= (_MULTILINEAR | _SUMS) - {"mul", "mul_"}:
+        return {}
+    mode = precision.MODES[name]
+    tensors = [x for x in tree_flatten(cpu_args)[0] if isinstance(x, torch.Tensor)]
+    k = max((max(x.shape) for x in tensors if x.dim()), default=1)
+    inp, rest, kwargs = _absolute(cpu_args, dtype)
+    try:
+        magnitudes = op(inp, *rest, **kwargs)
+    except Exception:
+        return {}
+    applicable = precision.Applicable(mode, sorted(ops & _SUMS)[0], k)
+    u = 2.0 ** -(mode.accumulate_bits + 1)
+    allowed = {}
+    for i, (c, m) in enumerate(zip(tree_flatten(cpu_out)[0], tree_flatten(magnitudes)[0])):
+        if isinstance(c, torch.Tensor) and isinstance(m, torch.Tensor) and c.shape == m.shape \
+                and c.is_floating_point():
+            allowed[i] = (applicable, k * u * m.abs().to(torch.float64))
+    return allowed
+
+
 # --- the status ---------------------------------------------------------------------
 
 def status_of(verdict, how, fallen_back, shape_only_op, applicable, bounded):

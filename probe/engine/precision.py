@@ -107,6 +107,13 @@ MODES = {m.name: m for m in (
          "torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction (split-K in float16)"),
     Mode("bf16_reduction", "bfloat16 reduction", None, 7, MATMUL, (torch.bfloat16,),
          "torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction"),
+    # Not a setting: a sum or scan whose running sums are rounded to float16/bfloat16
+    # (as the CPU's own are), in an order of the kernel's choosing. Allowed to
+    # sums and scans alone (judge.summation_allowance), never reached by a family.
+    Mode("fp16_summation", "float16 summation order", None, 10, "summation", (torch.float16,),
+         "running sums rounded to float16, in any order"),
+    Mode("bf16_summation", "bfloat16 summation order", None, 7, "summation", (torch.bfloat16,),
+         "running sums rounded to bfloat16, in any order"),
     # Metal's fast math: reassociation plus function variants whose accuracy table
     # (Metal Shading Language specification, fast-math mode) goes down to absolute
     # errors near 2^-13 (sin, cos): modelled as a 13-bit mantissa on every float op.
