@@ -151,3 +151,15 @@ def test_the_summation_allowance_reaches_sums_and_scans_in_half_precision_only()
                                          x.float().cumsum(1))
     assert not judge.summation_allowance(torch.cumprod, (x, (1,), {}), torch.float16, ["aten::cumprod"], x.cumprod(1))
     assert not judge.summation_allowance(torch.sub, (x, (x,), {}), torch.float16, ["aten::sub.Tensor"], x - x)
+
+
+def test_outputs_already_on_the_cpu_keep_their_types():
+    """broadcast_shapes returns a torch.Size: moving nothing must not rebuild it as a tuple
+    (a false 'output structure differs' on a GPU)."""
+    import torch
+    from mpsprobe.engine.judge import _on_cpu
+
+    size = torch.Size([2, 3])
+    assert _on_cpu(size) is size
+    pair = (torch.ones(1), size)
+    assert _on_cpu(pair) is pair
