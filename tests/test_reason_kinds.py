@@ -45,9 +45,10 @@ def db(tmp_path_factory, fake_mps, run_cli):
 
 @pytest.fixture(scope="module")
 def results(db, rows):
-    """results(op, dtype="float32"): the run's rows for one pair, in case order."""
-    def found(op, dtype="float32"):
-        pair = rows(db, "SELECT * FROM results WHERE op_id = ? AND dtype = ? ORDER BY case_id", (op, dtype))
+    """results(op, dtype="float32"): the run's forward rows for one pair, in case order."""
+    def found(op, dtype="float32", pass_="forward"):
+        pair = rows(db, "SELECT * FROM results WHERE op_id = ? AND dtype = ? AND pass = ? ORDER BY case_id",
+                    (op, dtype, pass_))
         assert pair, (op, dtype)
         return pair
     return found
