@@ -92,6 +92,10 @@ _REASON_KINDS = (
     ReasonKind("reduced_precision", (PASS, MISMATCH, SKIP), "reduced-precision mode",
                "The kernel ran in a reduced-precision mode (e.g. TF32, fast math); judged against that mode's error "
                "(skipped where that error cannot be bounded for the op)."),
+    ReasonKind("summation_order", (PASS,), "another summation order",
+               "A sum, matmul or convolution that differs from the CPU by its order of summation "
+               "(blocked, split, Winograd, FFT): within the error any order may make, derived from "
+               "the number of terms, their magnitudes and the accumulating precision."),
     ReasonKind("distribution", (PASS, MISMATCH), "checked as a distribution",
                "A random op: judged by a statistical test with a stated false-alarm rate."),
     ReasonKind("values", (MISMATCH,), "wrong values",

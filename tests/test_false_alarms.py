@@ -163,3 +163,86 @@ def test_outputs_already_on_the_cpu_keep_their_types():
     assert _on_cpu(size) is size
     pair = (torch.ones(1), size)
     assert _on_cpu(pair) is pair
+
+
+def _weight_gradient_sample(integers=False):
+    """convolution_backward as a model's replay calls it: 3x3, stride 1, padding 1, all three gradients."""
+    g = torch.Generator().manual_seed(3)
+    if integers:  # every product and sum exact in float32: the CPU's own error is nil
+        x, go = (torch.randint(-8, 9, shape, generator=g).float() for shape in ((2, 8, 16, 16), (2, 8, 16, 16)))
+    else:
+        x, go = torch.randn(2, 8, 16, 16, generator=g), torch.randn(2, 8, 16, 16, generator=g)
+    w = torch.randn(8, 8, 3, 3, generator=g)
+    return SampleInput(go, args=(x, w, [8], [1, 1], [1, 1], [1, 1], False, [0, 0], 1, [True, True, True]))
+
+
+_CONV_BACKWARD = torch.ops.aten.convolution_backward.default
+
+
+def _weight_case(kind, integers=False):
+    return run_case(_CONV_BACKWARD, torch.float32, _weight_gradient_sample(integers), WrongTarget(kind),
+                    timing=False, op_key="aten::convolution_backward")
+
+
+@pytest.mark.parametrize("kind,integers", [("winograd_wgrad", False), ("winograd_wgrad", True),
+                                           ("fft_wgrad", True)])
+def test_a_weight_gradient_by_a_transformed_algorithm_passes_within_any_summation_order(
+        monkeypatch, kind, integers):
+    """cuDNN picks Winograd or FFT algorithms by its heuristics, TF32 or not: their rounding
+    is not the CPU's, and it is no mismatch."""
+    from mpsprobe.engine import judge
+    from mpsprobe.vocabulary import REASON_KIND
+    result = _weight_case(kind, integers)
+    assert (result["status"], result["reason_kind"]) == (PASS, "summation_order"), result["reason"]
+    assert "summation_order" in REASON_KIND
+    assert result["precision_mode"] == "fp32_any_order"
+    assert "any order" in result["reason"]
+    # the CPU's own error did not cover it: without the rule, a false mismatch
+    monkeypatch.setattr(judge, "order_allowance", lambda *a: {})
+    plain = _weight_case(kind, integers)
+    assert plain["status"] == MISMATCH and "output 1" in plain["reason"], plain["reason"]
+
+
+@pytest.mark.parametrize("kind", ["wgrad_off", "wgrad_dropped", "zeros"])
+@pytest.mark.parametrize("integers", [False, True])
+def test_a_wrong_weight_gradient_is_still_a_mismatch(kind, integers):
+    result = _weight_case(kind, integers)
+    assert result["status"] == MISMATCH, result["reason"]
+    assert result["reason_kind"] in ("values", "trivial_answer")
+    if kind != "zeros":
+        assert "beyond even the error of float32 summation in any order" in result["reason"]
+
+
+def test_the_order_allowance_reaches_matmuls_and_convolutions_only():
+    from mpsprobe.engine import judge
+    a, b = torch.randn(6, 40), torch.randn(40, 5)
+    allowed = judge.order_allowance(torch.mm, (a, (b,), {}), torch.float32, ["aten::mm"], a @ b)
+    applicable, bound = allowed[0]
+    assert applicable.reduction_length == 40 and bound.shape == (6, 5)
+    # the bound follows the magnitudes of each output's own terms
+    assert torch.allclose(bound / bound.max(), (a.abs().double() @ b.abs().double()).div(
+        (a.abs().double() @ b.abs().double()).max()), rtol=1e-3)
+    assert not judge.order_allowance(torch.sin, (a, (), {}), torch.float32, ["aten::sin"], a.sin())
+    assert not judge.order_allowance(torch.mm, (a, (b,), {}), torch.float32, ["aten::mm", "aten::exp"], a @ b)
+
+
+@pytest.mark.parametrize("kind,status", [("winograd_wgrad", PASS), ("wgrad_off", MISMATCH),
+                                         ("wgrad_dropped", MISMATCH)])
+def test_a_convolutions_backward_case_allows_any_summation_order_of_its_weight_gradient(
+        monkeypatch, kind, status):
+    from mpsprobe.engine import judge
+    from mpsprobe.engine.backward import run_backward_case
+    g = torch.Generator().manual_seed(4)
+    x, w = torch.randn(2, 8, 16, 16, generator=g), torch.randn(8, 8, 3, 3, generator=g)
+    sample = SampleInput(x.requires_grad_(), args=(w.requires_grad_(),), kwargs={"padding": 1})
+    result = run_backward_case(F.conv2d, torch.float32, sample, WrongTarget(kind), "nn.functional.conv2d",
+                               timing=False)
+    assert result["status"] == status, result["reason"]
+    if status == PASS:
+        assert (result["reason_kind"], result["precision_mode"]) == ("summation_order", "fp32_any_order")
+        monkeypatch.setattr(judge, "gradient_order_allowance", lambda *a: {})
+        plain = run_backward_case(F.conv2d, torch.float32, sample, WrongTarget(kind), "nn.functional.conv2d",
+                                  timing=False)
+        assert plain["status"] == MISMATCH, plain["reason"]  # beyond the CPU's own error
+    else:
+        assert "gradient 1" in result["reason"]

@@ -17,6 +17,12 @@ reduced-precision mode it must accept:
 - "reorder": right, but cumsum in float16 sums each prefix smallest term first, every
             running sum rounded to float16: another valid summation order;
 - "coarse_sum": as "reorder", with the terms rounded to 5 mantissa bits: wrong;
+- "winograd_wgrad", "fft_wgrad": right, but convolution_backward's weight gradient
+            (3x3 kernel, stride 1, padding 1) computed in float32 by a transformed
+            algorithm as cuDNN may pick one: Winograd F(4x4, 3x3)'s matrices (Lavin
+            and Gray, 2016) used for the weight gradient, or FFT correlation;
+- "wgrad_off", "wgrad_dropped": as "winograd_wgrad", but 2 % too large, or with
+            the term of the first output position of every batch element left out: wrong;
 - "redraw": right, but every op that draws (dropout, bernoulli, rand, ...)
             draws from another seed: other, equally valid random values, as
             a device with another generator returns.
@@ -69,6 +75,11 @@ class _Wrong(TorchDispatchMode):
                     return round_to_mantissa(x, bits)
                 return x
             args, kwargs = tree_map(rounded, (args, kwargs))
+        if self.kind in _WGRADS and name.startswith("aten::convolution_backward"):
+            out = func(*args, **kwargs)
+            if out[1] is None or not _winograd_shape(*args[:10]):
+                return out
+            return out[0], _weight_gradient(self.kind, args[0], args[1]), out[2]
         if self.kind in ("reorder", "coarse_sum") and name.startswith("aten::cumsum") \
                 and args[0].dtype == torch.float16:
             return _reordered_cumsum(args[0], args[1], 10 if self.kind == "reorder" else 5)
@@ -77,7 +88,7 @@ class _Wrong(TorchDispatchMode):
             return out
         if self.kind == "phase":
             return _turned(name, out)
-        if self.kind == "redraw":
+        if self.kind == "redraw" or self.kind in _WGRADS:
             return out
         if self.kind.startswith("tf32"):
             if name.startswith("aten::native_batch_norm") and not args[5] and out[1].numel() == 0:
@@ -95,6 +106,43 @@ class _Wrong(TorchDispatchMode):
                 return first.clone()
             return torch.zeros_like(x)
         return tree_map(wrong, out)
+
+
+# Winograd F(4, 3) (Lavin and Gray, "Fast Algorithms for Convolutional Neural Networks"):
+# y = A^T [(G g) * (B^T d)]. Its transpose computes a 3-tap weight gradient from 4 positions
+# of the output gradient and 6 of the input: gw = G^T [(A go) * (B^T x)].
+_BT = torch.tensor([[4, 0, -5, 0, 1, 0], [0, -4, -4, 1, 1, 0], [0, 4, -4, -1, 1, 0],
+                    [0, -2, -1, 2, 1, 0], [0, 2, -1, -2, 1, 0], [0, 4, 0, -5, 0, 1]], dtype=torch.float32)
+_G = torch.tensor([[1 / 4, 0, 0], [-1 / 6, -1 / 6, -1 / 6], [-1 / 6, 1 / 6, -1 / 6],
+                   [1 / 24, 1 / 12, 1 / 6], [1 / 24, -1 / 12, 1 / 6], [0, 0, 1]], dtype=torch.float32)
+_AT = torch.tensor([[1, 1, 1, 1, 1, 0], [0, 1, -1, 2, -2, 0], [0, 1, 1, 4, 4, 0],
+                    [0, 1, -1, 8, -8, 1]], dtype=torch.float32)
+_WGRADS = ("winograd_wgrad", "fft_wgrad", "wgrad_off", "wgrad_dropped")
+
+
+def _winograd_shape(grad_out, x, weight, bias_sizes, stride, padding, dilation, transposed, output_padding,
+                    groups):
+    return (x.dtype == torch.float32 and x.dim() == 4 and tuple(weight.shape[-2:]) == (3, 3)
+            and list(stride) == [1, 1] and list(padding) == [1, 1] and list(dilation) == [1, 1]
+            and not transposed and groups == 1 and x.shape[-1] % 4 == 0 and x.shape[-2] % 4 == 0)
+
+
+def _weight_gradient(kind, grad_out, x):
+    """The weight gradient of a 3x3, stride-1, padding-1 convolution, in float32, by `kind`."""
+    padded = torch.nn.functional.pad(x, (1, 1, 1, 1))
+    if kind == "fft_wgrad":
+        h, w = padded.shape[-2:]
+        spectra = torch.einsum("nohw,nihw->oihw", torch.fft.rfft2(grad_out, s=(h, w)).conj(),
+                               torch.fft.rfft2(padded, s=(h, w)))
+        return torch.fft.irfft2(spectra, s=(h, w))[..., :3, :3].contiguous()
+    if kind == "wgrad_dropped":
+        grad_out = grad_out.clone()
+        grad_out[:, :, 0, 0] = 0
+    tiles_x = padded.unfold(2, 6, 4).unfold(3, 6, 4)          # (N, C, tiles, tiles, 6, 6)
+    tiles_g = grad_out.unfold(2, 4, 4).unfold(3, 4, 4)        # (N, O, tiles, tiles, 4, 4)
+    summed = torch.einsum("notwab,nitwab->oiab", _AT.T @ tiles_g @ _AT, _BT @ tiles_x @ _BT.T)
+    out = _G.T @ summed @ _G
+    return out * 1.02 if kind == "wgrad_off" else out
 
 
 def _reordered_cumsum(x, dim, bits):

@@ -9,20 +9,23 @@
 - Auxiliary outputs are noted, never deciding (auxiliary.py).
 - An output computed in a reduced-precision mode of the target is held to
   that mode's error (precision.py).
+- A sum, a matmul or a convolution the CPU's own error does not cover is
+  held to the error of any summation order (summation_allowance,
+  order_allowance): another order, blocking or algorithm is not a mismatch.
 """
 import math
 from dataclasses import dataclass, field
 
 import torch
-from torch.utils._pytree import tree_flatten, tree_map
+from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 
 from mpsprobe.vocabulary import (CHECK_KINDS, FALLBACK, MISMATCH, PASS, REASON_KINDS, SKIP)
 from . import ambiguity, auxiliary, classify, distributions, precision
 
 _kinds = dict(zip(REASON_KINDS, REASON_KINDS))
-REFERENCE_FAILED, NO_UNIQUE_ANSWER, REDUCED, CPU_FALLBACK = (
+REFERENCE_FAILED, NO_UNIQUE_ANSWER, REDUCED, CPU_FALLBACK, SUMMATION_ORDER = (
     _kinds["reference_failed"], _kinds["no_unique_answer"], _kinds["reduced_precision"],
-    _kinds["cpu_fallback"])
+    _kinds["cpu_fallback"], _kinds["summation_order"])
 VALUES_CHECK, DISTRIBUTION, SHAPE_CHECK, NO_CHECK = CHECK_KINDS
 
 # Draws per distribution check: enough for a false-alarm rate of 1e-6 with
@@ -224,6 +227,104 @@ def summation_allowance(op, cpu_args, dtype, aten_ops, cpu_out):
     return allowed
 
 
+def _ones(args, dtype):
+    """`args` with every float tensor and float scalar 1 (widened): run through a
+    multilinear op, each output counts the products summed into it."""
+    wide = torch.complex128 if dtype.is_complex else torch.float64
+
+    def one(x):
+        if isinstance(x, torch.Tensor) and (x.is_floating_point() or x.is_complex()):
+            return torch.ones(x.shape, dtype=wide if x.dtype == dtype else x.abs().dtype)
+        if isinstance(x, (float, complex)):
+            return 1.0
+        return x
+    return tree_map(one, args)
+
+
+def _order_mode(aten_ops, dtype):
+    """The any-order Mode for a matmul or a convolution (with views, sums and products
+    around it) in `dtype`, else None."""
+    ops = list(aten_ops or ())
+    families = {precision.family_of(a) for a in ops}
+    if not families & {precision.MATMUL, precision.CONVOLUTION} or not _multilinear(ops) \
+            or not (dtype.is_floating_point or dtype.is_complex):
+        return None
+    wide = dtype in (torch.float64, torch.complex128)
+    return precision.MODES["fp64_any_order" if wide else "fp32_any_order"]
+
+
+def _order_bounds(mode, aten_ops, outputs, magnitudes, counts):
+    """{position: (Applicable, allowance)} from the outputs, the same computed on magnitudes
+    and on ones (the products summed into each output)."""
+    reducing = next(a for a in aten_ops if precision.family_of(a))
+    allowed = {}
+    for i, (c, m, k) in enumerate(zip(*(tree_flatten(x)[0] for x in (outputs, magnitudes, counts)))):
+        if all(isinstance(x, torch.Tensor) and x.shape == c.shape for x in (c, m, k)) \
+                and (c.is_floating_point() or c.is_complex()):
+            k = k.detach().abs().to(torch.float64)
+            applicable = precision.Applicable(mode, reducing, int(k.max().item()) if k.numel() else 0)
+            allowed[i] = (applicable, precision.any_order_bound(
+                mode, k, m.detach().abs(), c.detach().abs(), c.dtype, outputs=c.numel()))
+    return allowed
+
+
+def order_allowance(op, cpu_args, dtype, aten_ops, cpu_out):
+    """{output position: (Applicable, per-element allowance)} for a matmul or a convolution
+    (forward or backward, with views, sums and products around it), else {}.
+
+    A correct kernel may sum the products behind an output in any order, blocked,
+    split or in a transformed basis (cuDNN picks Winograd or FFT by its heuristics
+    even with TF32 off): precision.any_order_bound allows that, from the number of
+    products K per output (the op run on ones) and sum|products| (the op run on
+    magnitudes), both in float64.
+    """
+    mode = _order_mode(aten_ops, dtype)
+    if mode is None:
+        return {}
+    try:
+        inp, rest, kwargs = _absolute(cpu_args, dtype)
+        magnitudes = op(inp, *rest, **kwargs)
+        inp, rest, kwargs = _ones(cpu_args, dtype)
+        counts = op(inp, *rest, **kwargs)
+    except Exception:
+        return {}
+    return _order_bounds(mode, list(aten_ops), cpu_out, magnitudes, counts)
+
+
+def _requiring_grad(rebuilt, args):
+    """`rebuilt` (args made of magnitudes or ones) with requires_grad where `args` has it."""
+    leaves, spec = tree_flatten(rebuilt)
+    for i, x in enumerate(tree_flatten(args)[0]):
+        if isinstance(x, torch.Tensor) and x.requires_grad:
+            leaves[i] = leaves[i].detach().requires_grad_(True)
+    return tree_unflatten(leaves, spec)
+
+
+def gradient_order_allowance(op, cpu_args, positions, grad_outputs, dtype, aten_ops, cpu_grads):
+    """order_allowance for the gradients of a backward case (`positions`: the outputs
+    differentiated, `grad_outputs` their seeded gradients): the gradient of a multilinear
+    op is multilinear in the grad_outputs and the other inputs, so the backward run on
+    magnitudes (and on ones) gives each gradient's sum|products| (and K)."""
+    mode = _order_mode(aten_ops, dtype)
+    if mode is None:
+        return {}
+    sides = []
+    try:
+        for rebuilt, seeds in ((_absolute(cpu_args, dtype), [g.abs() for g in grad_outputs]),
+                               (_ones(cpu_args, dtype), [torch.ones_like(g) for g in grad_outputs])):
+            inp, rest, kwargs = _requiring_grad(rebuilt, cpu_args)
+            out = tree_flatten(op(inp, *rest, **kwargs))[0]
+            outputs = [out[i] for i in positions]
+            inputs = [x for x in tree_flatten((inp, rest, kwargs))[0]
+                      if isinstance(x, torch.Tensor) and x.requires_grad]
+            grads = torch.autograd.grad(outputs, inputs, [s.to(o.dtype) for s, o in zip(seeds, outputs)],
+                                        allow_unused=True)
+            sides.append([torch.zeros_like(x) if g is None else g for g, x in zip(grads, inputs)])
+    except Exception:
+        return {}
+    return _order_bounds(mode, list(aten_ops), list(cpu_grads), *sides)
+
+
 # --- the status ---------------------------------------------------------------------
 
 def status_of(verdict, how, fallen_back, shape_only_op, applicable, bounded):
@@ -243,6 +344,8 @@ def status_of(verdict, how, fallen_back, shape_only_op, applicable, bounded):
         return SKIP, f"{how.why or 'no unique answer'}: checked shape, dtype and device only", NO_UNIQUE_ANSWER
     if verdict.precision_mode:
         mode = precision.MODES[verdict.precision_mode]
+        if mode.family == precision.SUMMATION:
+            return PASS, f"matches the CPU within the error of {mode.label}", SUMMATION_ORDER
         return PASS, f"matches the CPU within {mode.label}'s error", REDUCED
     return PASS, "matches the CPU within tolerance", None
 

@@ -60,6 +60,7 @@ ALPHA = 1e-6            # false-alarm rate per case, shared with the distributio
 VARIANCE_SAFETY = 3.0   # max variance of an error on [-u, u] (u^2) over the uniform model's (u^2/3)
 
 MATMUL, CONVOLUTION, RNN, FLOAT_OPS = "matmul", "convolution", "rnn", "float ops"
+SUMMATION = "summation"  # not a setting: the freedom every reduction has (any_order_bound)
 
 # aten base names (no overload) that each family's modes reach.
 FAMILIES = {
@@ -110,10 +111,19 @@ MODES = {m.name: m for m in (
     # Not a setting: a sum or scan whose running sums are rounded to float16/bfloat16
     # (as the CPU's own are), in an order of the kernel's choosing. Allowed to
     # sums and scans alone (judge.summation_allowance), never reached by a family.
-    Mode("fp16_summation", "float16 summation order", None, 10, "summation", (torch.float16,),
+    Mode("fp16_summation", "float16 summation order", None, 10, SUMMATION, (torch.float16,),
          "running sums rounded to float16, in any order"),
-    Mode("bf16_summation", "bfloat16 summation order", None, 7, "summation", (torch.bfloat16,),
+    Mode("bf16_summation", "bfloat16 summation order", None, 7, SUMMATION, (torch.bfloat16,),
          "running sums rounded to bfloat16, in any order"),
+    # Not settings either: a matmul or convolution (forward or backward) may sum its terms
+    # in any order, blocked, split or in a transformed basis (Winograd, FFT), accumulating
+    # in float32 (half-precision outputs too, unless a reduction mode above is on) or
+    # float64. Allowed to those families alone (judge.order_allowance); any_order_bound.
+    Mode("fp32_any_order", "float32 summation in any order", None, 23, SUMMATION,
+         (torch.float32, torch.complex64, torch.float16, torch.bfloat16, torch.complex32),
+         "float32 accumulation, order and algorithm of the kernel's choosing"),
+    Mode("fp64_any_order", "float64 summation in any order", None, 52, SUMMATION,
+         (torch.float64, torch.complex128), "float64 accumulation, order and algorithm of the kernel's choosing"),
     # Metal's fast math: reassociation plus function variants whose accuracy table
     # (Metal Shading Language specification, fast-math mode) goes down to absolute
     # errors near 2^-13 (sin, cos): modelled as a 13-bit mantissa on every float op.
@@ -361,6 +371,55 @@ def mode_error_bound(mode, reduction_length, abs_sum, sq_sum=None, max_term=None
     lam = math.sqrt(2 * math.log(2 * k * max(int(outputs), 1) / alpha))
     statistical = inputs + lam * math.sqrt(k) * v * abs_sum
     return torch.minimum(worst, statistical)
+
+
+def any_order_bound(mode, terms, abs_sum, result_abs, output_dtype, outputs=1, alpha=ALPHA):
+    """The largest error a correct kernel may make on outputs that are sums of products,
+    whatever order, blocking or algorithm it sums them with, accumulating in `mode`'s
+    precision (unit roundoff v); per output, as a float64 tensor.
+
+    `terms` = K, the number of products behind each output (a tensor or a number),
+    `abs_sum` = sum_i |c_i|, `result_abs` = |y|, `outputs` = M, the outputs compared.
+
+    Any summation tree (recursive, pairwise, blocked, split-K, atomics in any
+    order) passes each term through at most n = K + 2 roundings (its product,
+    at most K - 1 additions, a final rounding or a bias; one more and a factor
+    sqrt(2) for a complex product). So the error is at most gamma_n sum|c_i|
+    with gamma_n = n v / (1 - n v) (Higham, Accuracy and Stability, 3.1), and,
+    with the rounding errors independent and of mean zero (the model of Higham
+    and Mary, SIAM J. Sci. Comput. 2019, Theorem 3.1), at most
+    (exp(lam sqrt(n) v + n v^2 / (1 - v)) - 1) sum|c_i| with probability
+    1 - 2 n exp(-lam^2 (1 - v)^2 / 2) per output: lam is set so that this
+    holds for all M outputs at once with probability 1 - alpha. The smaller of
+    the two applies, plus the output's own rounding u_out |y| where the output
+    is narrower than the accumulator.
+
+    Transform-based algorithms (Winograd, FFT) sum transformed terms: their
+    rounding errors are independent roundings of the same kind, amplified by
+    the transforms' small norms, which the bound's lam (a tail bound, not the
+    typical error: about sqrt(K) lam times what a blocked sum makes) absorbs;
+    the tests check a Winograd F(4x4, 3x3) and an FFT weight gradient against it
+    (both within a tenth of it, where the CPU's own error did not cover them).
+
+    The statistical bound assumes independent rounding errors: true of random
+    data (the probe's samples: OpInfo's, the replay's seeded normal values),
+    known to fail for a sum of equal terms, whose errors repeat (10,000 x 0.1
+    summed one by one in float32 errs 2.4 times this bound; the worst case
+    still holds).
+    """
+    mode = MODES[mode] if isinstance(mode, str) else mode
+    v = 2.0 ** -(mode.accumulate_bits + 1)
+    complex_terms = output_dtype.is_complex
+    n = _as64(terms).clamp_min(1) + (3 if complex_terms else 2)
+    worst = torch.where(n * v < 0.5, n * v / (1 - n * v), torch.full_like(n, math.inf))
+    lam = torch.sqrt(2 * torch.log(2 * n * max(int(outputs), 1) / alpha)) / (1 - v)
+    statistical = torch.expm1(lam * torch.sqrt(n) * v + n * v * v / (1 - v))
+    scale = math.sqrt(2) if complex_terms else 1.0
+    real = {torch.complex32: torch.float16, torch.complex64: torch.float32,
+            torch.complex128: torch.float64}.get(output_dtype, output_dtype)
+    narrower = torch.finfo(real).eps > 2.0 ** -mode.accumulate_bits
+    out_unit = torch.finfo(real).eps / 2 if narrower else 0.0
+    return scale * torch.minimum(worst, statistical) * _as64(abs_sum) + out_unit * _as64(result_abs)
 
 
 def reduction_magnitudes(fn, a, b):

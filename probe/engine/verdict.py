@@ -14,6 +14,13 @@ FACTOR × the CPU's error). And an allowance that a trivially wrong answer
 (zeros, the input unchanged) would meet proves nothing: such an output is a
 `trivial_answer` mismatch, and any other output must then match the CPU
 itself within the floors to pass.
+
+Beyond that, an output may get a derived allowance (`modes`: per output, an
+Applicable and the error allowed per element): the error of the reduced-precision
+mode its kernel ran in, or of another summation order for a sum, a matmul or a
+convolution (precision.any_order_bound; the rule is in README, *Reduced precision
+and summation order*). The verdict then names it (`precision_mode`), and an output
+beyond even that allowance is a mismatch saying so.
 """
 import math
 from dataclasses import dataclass, field
@@ -23,6 +30,7 @@ from torch.utils._pytree import tree_flatten
 
 from mpsprobe.vocabulary import REASON_KINDS
 from .auxiliary import compare_auxiliary
+from .precision import SUMMATION
 
 _kinds = dict(zip(REASON_KINDS, REASON_KINDS))
 VALUES, TRIVIAL, NONFINITE, METADATA, NO_UNIQUE_ANSWER, REDUCED = (
@@ -162,6 +170,8 @@ def _compare_floating(verdict, where, t, c, g, trivial=(), mode=None):
                 f"error ({abs_c:.3g}) is beyond the cap, and the target's ({abs_t:.3g}) within it")
         text = (f"{where}: max abs error {abs_t:.3g} (CPU's own: {abs_c:.3g}), "
                 f"{ratio_t:.3g}× the floors, allowed {bound:.3g}×")
+        if extra is not None and mode[0].mode.family == SUMMATION:
+            return verdict.fail(f"{text}, beyond even the error of {mode[0].mode.label}", VALUES)
         if extra is not None:
             return verdict.fail(f"{text}, beyond even {mode[0].mode.label}'s error", REDUCED)
         return verdict.fail(text, VALUES)
