@@ -10,6 +10,7 @@
 Every user mistake raises mpsprobe.MpsprobeError (one line, nothing written).
 torch, Datasette and the store load only when a function needs them.
 """
+import contextlib
 import json
 import os
 
@@ -133,6 +134,28 @@ def _loaded(model, example_inputs, input_shape, dtype, name):
     return loaded
 
 
+def _whole_step(loaded, device, backend, train, optimizer, strict, say):
+    """check --run's speed figure: one whole step of the model, timed here on the CPU and
+    the target (modelcheck.batches.step_time), in the precision the replay ran in; a row
+    whose note says why a side has no time."""
+    from mpsprobe.engine import devices, precision
+    from mpsprobe.modelcheck import batches as batch_sweeps
+    try:
+        target = devices.resolve(device, backend)
+    except devices.DeviceError as e:
+        return {"note": str(e)}
+    say(f"timing one whole {batch_sweeps.TRAINING if train else batch_sweeps.INFERENCE} step on the CPU "
+        f"({_torch_threads()} threads) and {target.name}")
+    strictly = precision.strict_precision(target.torch_device) if strict else contextlib.nullcontext()
+    with strictly:
+        return batch_sweeps.step_time(loaded, target.torch_device, train=train, optimizer=optimizer)
+
+
+def _torch_threads():
+    import torch
+    return torch.get_num_threads()
+
+
 def check_model(model, example_inputs=None, db="mpsprobe.db", *, input_shape=None, train=False,
                 optimizer="sgd", dtype=None, run=False, device="auto", backend=None, timing=True,
                 torch=None, macos=None, run_id=None, export=None, name=None, workers=1,
@@ -204,7 +227,11 @@ def check_model(model, example_inputs=None, db="mpsprobe.db", *, input_shape=Non
                 writer, results = replay.replay(store, calls, pool, env, model_ops.model,
                                                 timing=timing)
             chosen = runs_q.pick_run(store.conn, run_id=writer.run_id)
-            model_ms = replay.model_time(results)
+            whole = None
+            if timing:
+                whole = _whole_step(_loaded(model, example_inputs, input_shape, dtype, name), device, backend,
+                                    train, optimizer, strict_precision, say)
+            model_ms = reporting.model_speed(whole, replay.model_time(results))
             if batches:
                 sweep = batch_sweeps.sweep_and_record(
                     _loaded(model, example_inputs, input_shape, dtype, name), batches, device, backend,

@@ -270,6 +270,38 @@ def test_run_replays_model_calls_and_records_them(tmp_path):
     assert status == {"aten::relu": "fallback", "aten::max_pool2d_with_indices_backward": "unsupported"}
 
 
+def test_run_reports_the_whole_step_as_the_models_speed(tmp_path, monkeypatch):
+    """The speed line is one whole step timed (synchronised, warmed up, median of several),
+    not the replayed calls' sum; the calls stay as its breakdown, and the report says which."""
+    from mpsprobe.modelcheck import batches
+    timed, real = [], batches.step_time
+
+    def spy(loaded, target, **options):
+        timed.append((loaded.inputs.shape, str(target), options, real(loaded, target, **options)))
+        return timed[-1][-1]
+    monkeypatch.setattr(batches, "step_time", spy)
+    path = tmp_path / "speed.db"
+    args = ("check", MODELS / "convnet.py", "--train", "--run", "--device", "cpu", "--db", path)
+    result = invoke(*args, "--json")
+    assert result.exit_code == 0, result.output
+    [(shape, target, options, row)] = timed
+    assert shape == (2, 3, 8, 8) and target == "cpu" and options["train"]   # the captured input's size
+    speed = report_json(result)["model_ms"]
+    assert speed["method"] == "whole step"
+    assert (speed["cpu"], speed["target"]) == (row["cpu_ms"], row["target_ms"]) and speed["reps"] >= 3
+    assert speed["calls"]["calls_timed"] > 0 and speed["calls"]["target"] != speed["target"]
+    text = invoke(*args).output
+    line = next(x for x in text.splitlines() if x.strip().startswith("measured:"))
+    assert "the whole step timed, synchronised, median of" in line
+    assert f"≈ {timed[-1][-1]['target_ms']:.3g} ms on cpu" in line
+    assert "per call (breakdown):" in text
+    # a step that cannot be timed whole: the calls' sum, saying so
+    monkeypatch.setattr(batches, "step_time", lambda *a, **k: {"note": "error on the target: boom"})
+    text = invoke(*args).output
+    line = next(x for x in text.splitlines() if x.strip().startswith("measured:"))
+    assert "from the calls alone" in line and "the whole step was not timed: error on the target: boom" in line
+
+
 def test_run_survives_a_call_that_aborts_the_process(tmp_path):
     """--run replays in the sweep's isolated workers: an abort costs one call (crash)."""
     model = tmp_path / "aborts.py"

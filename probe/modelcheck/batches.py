@@ -17,6 +17,10 @@ step of the model (inference: forward under no_grad in eval mode; with
 * a batch whose warm-up projects past `budget_s` on a side, or that runs out
   of memory, ends the sweep there (noted in the last row).
 
+`step_time` times one step the same way at the example's own inputs: `check
+--run` reports it as the model's speed (the replayed calls, each synchronised
+on its own, are the breakdown).
+
 Throughput is samples per second (batch / step time); the crossover batch is
 read with the engine's ladder rule (the first batch from which the target
 wins at every larger one).
@@ -79,47 +83,69 @@ def _prepare(loaded, device, train, optimizer):
     return model, OPTIMIZERS[optimizer](model.parameters(), lr=1e-4) if train else None
 
 
+def _time_sides(sides, inputs, train, row, reps, warmup, budget_s):
+    """Time one step on each (Side, (model, optimizer)) of `sides` into `row` (cpu_ms,
+    target_ms, spreads, per-second rates, reps); returns False where a side errs, runs out
+    of memory or projects past `budget_s` (row["note"] says which)."""
+    for name, (side, (model, opt)) in zip(("cpu", "target"), sides):
+        try:
+            m = ladder.measure(_step(model, _to(inputs, side.device), train, opt), side.timer,
+                               reps=reps, warmup=warmup, budget_s=budget_s)
+        except Exception as exc:    # noqa: BLE001
+            oom = ladder.is_oom(exc)
+            row["note"] = f"out of memory on the {name}" if oom else f"error on the {name}: {ladder._first_line(exc)}"
+            side.release()
+            return False
+        if m.over_budget:
+            row["note"] = f"over the budget on the {name}: one step takes ~{m.estimate_ms:.1f} ms x {reps} reps"
+            return False
+        row[f"{name}_ms"], row[f"{name}_spread"] = m.median, m.spread
+        if row.get("batch"):
+            row[f"{name}_per_s"] = row["batch"] / m.median * 1e3 if m.median else None
+        row["reps"], row["warmup"] = len(m.times), warmup
+    if row.get("cpu_ms") and row.get("target_ms"):
+        row["speedup"] = row["cpu_ms"] / row["target_ms"]
+    return True
+
+
+def _sides(loaded, target, train, optimizer):
+    return [(ladder.Side("cpu"), _prepare(loaded, "cpu", train, optimizer)),
+            (ladder.Side(target), _prepare(loaded, target, train, optimizer))]
+
+
+def _dtype(loaded):
+    return next((str(p.dtype).replace("torch.", "") for p in loaded.model.parameters()), "float32")
+
+
 def sweep(loaded, target, batches, *, train=False, optimizer="sgd", reps=5, warmup=2, budget_s=10.0):
     """model_speed rows (dicts) for `loaded` (a LoadedModel) at each batch size on `target`."""
-    cpu, tgt = ladder.Side("cpu"), ladder.Side(target)
     mode = TRAINING if train else INFERENCE
-    dtype = next((str(p.dtype).replace("torch.", "") for p in loaded.model.parameters()), "float32")
     threads = torch.get_num_threads()
-    sides = [(cpu, _prepare(loaded, "cpu", train, optimizer)),
-             (tgt, _prepare(loaded, tgt.device, train, optimizer))]
+    sides = _sides(loaded, target, train, optimizer)
     rows = []
     for batch in batches:
-        inputs = expand(loaded.inputs, batch)
-        row = {"model": loaded.name, "mode": mode, "dtype": dtype, "batch": batch,
+        row = {"model": loaded.name, "mode": mode, "dtype": _dtype(loaded), "batch": batch,
                "cpu_threads": threads, "note": ""}
-        stop = False
-        for name, (side, (model, opt)) in zip(("cpu", "target"), sides):
-            try:
-                m = ladder.measure(_step(model, _to(inputs, side.device), train, opt), side.timer,
-                                   reps=reps, warmup=warmup, budget_s=budget_s)
-            except Exception as exc:    # noqa: BLE001
-                oom = ladder.is_oom(exc)
-                row["note"] = (f"out of memory on the {name}" if oom else
-                               f"error on the {name}: {ladder._first_line(exc)}") + "; the sweep stops here"
-                side.release()
-                stop = True
-                break
-            if m.over_budget:
-                row["note"] = (f"over the budget on the {name}: one step takes ~{m.estimate_ms:.1f} ms "
-                               f"x {reps} reps; the sweep stops here")
-                stop = True
-                break
-            row[f"{name}_ms"], row[f"{name}_spread"] = m.median, m.spread
-            row[f"{name}_per_s"] = batch / m.median * 1e3 if m.median else None
-            row["reps"] = len(m.times)
-        if row.get("cpu_ms") and row.get("target_ms"):
-            row["speedup"] = row["cpu_ms"] / row["target_ms"]
-        if tgt.device.type == "cpu":
+        go_on = _time_sides(sides, expand(loaded.inputs, batch), train, row, reps, warmup, budget_s)
+        if not go_on:
+            row["note"] += "; the sweep stops here"
+        if sides[1][0].device.type == "cpu":
             row["note"] = "; ".join(n for n in (row["note"], ladder.CPU_TARGET_NOTE) if n)
         rows.append(row)
-        if stop:
+        if not go_on:
             break
     return rows
+
+
+def step_time(loaded, target, *, train=False, optimizer="sgd", reps=5, warmup=2, budget_s=120.0):
+    """One whole step of `loaded` at its own inputs (the size `check` captured), timed on
+    the CPU and `target` like a sweep's row: synchronised, after `warmup` untimed steps,
+    the median of `reps`. A dict: cpu_ms, target_ms, spreads, speedup, reps, warmup,
+    cpu_threads, and note (why a side has no time)."""
+    row = {"model": loaded.name, "mode": TRAINING if train else INFERENCE, "dtype": _dtype(loaded),
+           "cpu_threads": torch.get_num_threads(), "note": ""}
+    _time_sides(_sides(loaded, target, train, optimizer), loaded.inputs, train, row, reps, warmup, budget_s)
+    return row
 
 
 def crossover_row(rows, target):

@@ -46,7 +46,7 @@ class Report:
     model_ops: ModelOps
     run: dict
     answers: list
-    model_ms: Optional[tuple] = None   # (CPU ms, target ms, calls timed) of a replay
+    model_ms: Optional[dict] = None    # model_speed(): the whole step, the replayed calls as its breakdown
     recorded_in: Optional[str] = None  # the database a replay was recorded in
     batch_sweep: Optional[dict] = None  # check --run --batch: modelcheck.batches.sweep_and_record()
 
@@ -81,10 +81,48 @@ class Report:
                      "cpu_ms": a.timing[0] if a.timing else None,
                      "target_ms": a.timing[1] if a.timing else None}
                     for a in self.answers],
-            **({"model_ms": {"cpu": self.model_ms[0], "target": self.model_ms[1],
-                             "calls_timed": self.model_ms[2]}} if self.model_ms else {}),
+            **({"model_ms": self.model_ms} if self.model_ms else {}),
             **({"batch_sweep": self.batch_sweep} if self.batch_sweep else {}),
         }
+
+
+WHOLE_STEP, SUM_OF_CALLS = "whole step", "sum of calls"
+
+
+def model_speed(whole, calls):
+    """The model's speed for the report, or None: `whole`, modelcheck.batches.step_time's row
+    (or None), decides where both sides were timed; otherwise the replay's sum of calls
+    (`calls`: replay.model_time's (CPU ms, target ms, calls timed), or None), which
+    synchronises after every call and so overstates the target's time.
+
+    {"method": WHOLE_STEP or SUM_OF_CALLS, "cpu", "target" (ms), "reps", "warmup",
+    "cpu_threads", "note" (why the whole step was not timed), "calls": {"cpu", "target",
+    "calls_timed"} (the breakdown)}."""
+    breakdown = {"cpu": calls[0], "target": calls[1], "calls_timed": calls[2]} if calls else None
+    whole = whole or {}
+    if whole.get("cpu_ms") and whole.get("target_ms"):
+        return {"method": WHOLE_STEP, "cpu": whole["cpu_ms"], "target": whole["target_ms"],
+                "reps": whole.get("reps"), "warmup": whole.get("warmup"),
+                "cpu_threads": whole.get("cpu_threads"), "note": None, "calls": breakdown}
+    if breakdown is None:
+        return None
+    return {"method": SUM_OF_CALLS, "cpu": breakdown["cpu"], "target": breakdown["target"],
+            "note": whole.get("note") or "not timed", "calls": breakdown}
+
+
+def _speed_lines(speed, mode, device):
+    """The report's speed lines: the figure, with how it was measured, then the breakdown."""
+    calls = speed.get("calls")
+    per_call = (f"{calls['calls_timed']} distinct calls replayed one by one, each synchronised, sum to "
+                f"{calls['target']:.3g} ms on {device} vs {calls['cpu']:.3g} ms on the CPU") if calls else None
+    if speed["method"] == WHOLE_STEP:
+        lines = [f"  measured: one {mode} step ≈ {speed['target']:.3g} ms on {device} vs {speed['cpu']:.3g} ms "
+                 f"on the CPU ({speed['cpu_threads']} threads): the whole step timed, synchronised, "
+                 f"median of {speed['reps']} after {speed['warmup']} warm-up"]
+        return lines + ([f"    per call (breakdown): {per_call}"] if per_call else [])
+    return [f"  measured: one {mode} ≈ {speed['target']:.3g} ms of kernels on {device} vs "
+            f"{speed['cpu']:.3g} ms on the CPU, from the calls alone: {per_call} (the whole step was not "
+            f"timed: {speed['note']})"]
 
 
 def answer(conn, model_ops, run, model_ms=None, recorded_in=None):
@@ -135,9 +173,7 @@ def format_report(report, fail_on=FALLBACK):
             summary.append(f"{ANSWER[name].symbol} {len(group)} {ANSWER[name].label}{shown}")
     lines.append("  " + "   ".join(summary))
     if report.model_ms:
-        cpu_ms, target_ms, timed = report.model_ms
-        lines.append(f"  measured: one {mo.mode} ≈ {target_ms:.3g} ms of kernels on "
-                     f"{run['device']} vs {cpu_ms:.3g} ms on the CPU ({timed} distinct calls timed)")
+        lines += _speed_lines(report.model_ms, mo.mode, run["device"])
     fallback_calls = sum(a.use.count for a in report.answers if a.klass == FALLBACK)
     if fallback_calls:
         lines.append(f"  expected cost: {fallback_calls} CPU fallback call(s) per "
