@@ -246,3 +246,19 @@ def test_a_convolutions_backward_case_allows_any_summation_order_of_its_weight_g
         assert plain["status"] == MISMATCH, plain["reason"]  # beyond the CPU's own error
     else:
         assert "gradient 1" in result["reason"]
+
+
+@pytest.mark.parametrize("kind", ["winograd_wgrad", "wgrad_off"])
+def test_check_run_answers_a_transformed_weight_gradient_and_a_wrong_one(tmp_path, run_cli, kind):
+    """The model check as on a GPU whose cuDNN picks Winograd for the weight gradient: the
+    report says working, and which allowance it took; a wrong weight gradient stays ≠."""
+    backend = str(Path(__file__).parent / "wrong_backend.py")
+    convnet = str(Path(__file__).parent / "models" / "convnet.py")
+    result = run_cli("check", convnet, "--train", "--run", "--backend", backend, "--no-timing",
+                     "--db", tmp_path / f"{kind}.db", env={"WRONG": kind})
+    line = next(x for x in result.output.splitlines() if x.split()[1:2] == ["aten::convolution_backward"])
+    if kind == "winograd_wgrad":
+        assert result.exit_code == 0, result.output
+        assert line.startswith("✓") and "within the error of float32 summation in any order" in line
+    else:
+        assert result.exit_code == 1 and line.startswith("≠"), result.output

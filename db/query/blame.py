@@ -22,9 +22,12 @@ import statistics
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
-from mpsprobe.vocabulary import (BROKEN, FAILED, FALLBACK, MISMATCH, OK, PASS, RANK, SKIP,
+from mpsprobe.vocabulary import (BROKEN, FAILED, FALLBACK, MISMATCH, OK, PASS, RANK, REASON_KIND, SKIP,
                                  UNCHECKED, UNKNOWN, UNSUPPORTED)
 from . import rows as _rows
+
+# Reason kinds of a pass that needed a derived allowance (mpsprobe.vocabulary.REASON_KINDS).
+ALLOWANCES = (REASON_KIND["reduced_precision"].name, REASON_KIND["summation_order"].name)
 
 
 @dataclass
@@ -40,6 +43,7 @@ class Evidence:
     via: set = field(default_factory=set)           # probe op ids that dispatched it
     messages: list = field(default_factory=list)
     timings: list = field(default_factory=list)     # (ref_ms, target_ms) of single-op cases
+    allowed: Counter = field(default_factory=Counter)   # passes by a derived allowance: reason -> cases
 
     @property
     def failures(self):
@@ -56,8 +60,10 @@ def evidence(conn, run_id, dtypes=None):
     if dtypes:
         where += f" AND results.dtype IN ({', '.join('?' for _ in dtypes)})"
         params += list(dtypes)
+    columns = {r[1] for r in conn.execute("PRAGMA table_info(results)")}
+    kind = "results.reason_kind" if "reason_kind" in columns else "NULL"
     rows = _rows(conn, f"""
-        SELECT results.op_id, results.dtype, results.status, results.check_kind,
+        SELECT results.op_id, results.dtype, results.status, results.check_kind, {kind} AS reason_kind,
                results.aten_op, results.fallback_ops, results.aten_ops, results.reason,
                results.message, results.ref_ms, results.target_ms, ops.aten_name
         FROM results LEFT JOIN ops ON ops.id = results.op_id WHERE {where}""", params)
@@ -77,6 +83,10 @@ def evidence(conn, run_id, dtypes=None):
                 setattr(found[op, dtype], kind, getattr(found[op, dtype], kind) + 1)
                 if status == PASS:
                     found[op, dtype].good_via.add(r["op_id"])
+            if status == PASS and r["reason_kind"] in ALLOWANCES and r["reason"]:
+                # "matches the CPU within TF32's error": said beside the pass, per op
+                for op in ops:
+                    found[op, dtype].allowed[r["reason"].replace("matches the CPU ", "")] += 1
             if status == PASS and len(ops) == 1 and r["target_ms"] is not None:
                 found[ops[0], dtype].timings.append((r["ref_ms"], r["target_ms"]))
         elif status == FALLBACK:
@@ -141,7 +151,8 @@ def verdict(ev):
         caveat = "; " + ", ".join(f"{n} {s}" for s, n in ev.input_specific.items()) + \
                  " case(s) with other inputs"
     if ev.good:
-        return OK, PASS, f"passes in {ev.good} probe case(s){caveat}"
+        allowed = "".join(f", {n} {reason}" for reason, n in sorted(ev.allowed.items()))
+        return OK, PASS, f"passes in {ev.good} probe case(s){allowed}{caveat}"
     if ev.unchecked:
         return UNCHECKED, SKIP, f"runs natively; values not checkable (nondeterministic){caveat}"
     suspects = ", ".join(f"{n} {s}" for s, n in ev.suspect.items())
