@@ -138,3 +138,27 @@ def test_current_modes_and_strict_precision_restore():
         assert P.current_modes("cpu") == before
     finally:
         torch.set_float32_matmul_precision(previous)
+
+
+def test_any_order_bound_covers_float32_sums_in_any_order_and_is_not_the_worst_case():
+    """Running sums in float32 in several orders, and a pairwise sum, of random products."""
+    import numpy as np
+    from mpsprobe.engine.precision import MODES, any_order_bound
+    mode = MODES["fp32_any_order"]
+    g = torch.Generator().manual_seed(11)
+    for k in (64, 4096):
+        a, b = torch.randn(k, generator=g), torch.rand(k, generator=g) + 0.5
+        terms = (a * b).numpy()   # products rounded to float32, as a kernel makes them
+        exact = (a.double() * b.double()).sum()
+        allowed = any_order_bound(mode, k, (a.double() * b.double()).abs().sum(), exact.abs(), torch.float32)
+        orders = {"forward": terms, "reverse": terms[::-1], "largest first": terms[np.argsort(-np.abs(terms))],
+                  "positives first": terms[np.argsort(-terms)]}
+        for name, ordered in orders.items():
+            one_by_one = np.add.accumulate(ordered, dtype=np.float32)[-1]   # a running sum in float32
+            assert abs(float(one_by_one) - float(exact)) <= float(allowed), (k, name)
+        pairwise = torch.from_numpy(terms.copy())
+        while pairwise.numel() > 1:
+            pairwise = pairwise[0::2] + pairwise[1::2]
+        assert abs(float(pairwise) - float(exact)) <= float(allowed)
+        if k > 1000:   # for long sums the statistical bound decides, well inside the worst case
+            assert float(allowed) < 0.1 * k * 2.0 ** -24 * float((a.double() * b.double()).abs().sum())

@@ -382,9 +382,10 @@ def any_order_bound(mode, terms, abs_sum, result_abs, output_dtype, outputs=1, a
     `abs_sum` = sum_i |c_i|, `result_abs` = |y|, `outputs` = M, the outputs compared.
 
     Any summation tree (recursive, pairwise, blocked, split-K, atomics in any
-    order) passes each term through at most n = K + 2 roundings (its product,
-    at most K - 1 additions, a final rounding or a bias; one more and a factor
-    sqrt(2) for a complex product). So the error is at most gamma_n sum|c_i|
+    order) passes each term through at most n = K + 4 roundings (its product,
+    at most K - 1 additions, and a bias's addition, a scaling by alpha, a
+    final rounding and one to spare; one more and a factor sqrt(2) for a
+    complex product). So the error is at most gamma_n sum|c_i|
     with gamma_n = n v / (1 - n v) (Higham, Accuracy and Stability, 3.1), and,
     with the rounding errors independent and of mean zero (the model of Higham
     and Mary, SIAM J. Sci. Comput. 2019, Theorem 3.1), at most
@@ -410,7 +411,7 @@ def any_order_bound(mode, terms, abs_sum, result_abs, output_dtype, outputs=1, a
     mode = MODES[mode] if isinstance(mode, str) else mode
     v = 2.0 ** -(mode.accumulate_bits + 1)
     complex_terms = output_dtype.is_complex
-    n = _as64(terms).clamp_min(1) + (3 if complex_terms else 2)
+    n = _as64(terms).clamp_min(1) + (5 if complex_terms else 4)
     worst = torch.where(n * v < 0.5, n * v / (1 - n * v), torch.full_like(n, math.inf))
     lam = torch.sqrt(2 * torch.log(2 * n * max(int(outputs), 1) / alpha)) / (1 - v)
     statistical = torch.expm1(lam * torch.sqrt(n) * v + n * v * v / (1 - v))
