@@ -161,4 +161,4 @@ def test_any_order_bound_covers_float32_sums_in_any_order_and_is_not_the_worst_c
             pairwise = pairwise[0::2] + pairwise[1::2]
         assert abs(float(pairwise) - float(exact)) <= float(allowed)
         if k > 1000:   # for long sums the statistical bound decides, well inside the worst case
-            assert float(allowed) < 0.1 * k * 2.0 ** -24 * float((a.double() * b.double()).abs().sum())
+            assert float(allowed) < 0.25 * k * 2.0 ** -24 * float((a.double() * b.double()).abs().sum())
