@@ -839,5 +839,8 @@ Reason kinds, with one real message each (as PyTorch words it on MPS):
 - values, nonfinite, metadata (mismatch): the target ran natively, but "output: max abs error 0.52 (CPU's
   own: 0), 5.2e+02× the floors, allowed 1×", a NaN/Inf pattern, or a shape, dtype or device differs.
 - no_unique_answer (skip): a random op, or outputs with ties or free signs: shape, dtype and device checked.
+- reduced_precision (pass, mismatch, skip): the kernel ran in a reduced-precision mode of the target (TF32,
+  fast math), judged against that mode's error (README: Reduced precision and summation order).
+- summation_order (pass): within the error any order of summation may make (blocked, split, Winograd, FFT).
 - reference_failed (skip): the CPU itself raised on the sample, so there is nothing to compare with.
 """
