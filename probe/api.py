@@ -147,8 +147,11 @@ def _whole_step(loaded, device, backend, train, optimizer, strict, say):
     say(f"timing one whole {batch_sweeps.TRAINING if train else batch_sweeps.INFERENCE} step on the CPU "
         f"({_torch_threads()} threads) and {target.name}")
     strictly = precision.strict_precision(target.torch_device) if strict else contextlib.nullcontext()
-    with strictly:
-        return batch_sweeps.step_time(loaded, target.torch_device, train=train, optimizer=optimizer)
+    try:
+        with strictly:
+            return batch_sweeps.step_time(loaded, target.torch_device, train=train, optimizer=optimizer)
+    except Exception as e:  # the model cannot even be placed there: the answers still stand
+        return {"note": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:200]}
 
 
 def _torch_threads():

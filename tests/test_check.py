@@ -301,6 +301,13 @@ def test_run_reports_the_whole_step_as_the_models_speed(tmp_path, monkeypatch):
     line = next(x for x in text.splitlines() if x.strip().startswith("measured:"))
     assert "from the calls alone" in line and "the whole step was not timed: error on the target: boom" in line
 
+    def cannot_place(*a, **k):
+        raise RuntimeError("Cannot convert a MPS Tensor to float64 dtype\nmore")
+    monkeypatch.setattr(batches, "step_time", cannot_place)
+    result = invoke(*args)
+    assert result.exit_code == 0 and "not timed: RuntimeError: Cannot convert a MPS Tensor to float64 dtype)" \
+        in result.output
+
 
 def test_run_survives_a_call_that_aborts_the_process(tmp_path):
     """--run replays in the sweep's isolated workers: an abort costs one call (crash)."""
