@@ -1,4 +1,6 @@
 """Which aten ops a piece of code dispatches, named as PyTorch's messages name them."""
+import contextlib
+import warnings
 from collections import Counter
 
 import torch
@@ -117,6 +119,8 @@ class AtenCapture(TorchDispatchMode):
         self.lines = {}
         self.widened = set()     # ops the CPU could not run in float16/bfloat16 (widen_low)
         self._widen_low = widen_low
+        self.filing_as = None    # a low dtype: float32 calls are filed under it (WidenLow)
+        self.paused = False      # while WidenLow converts arguments: not the model's calls
         self.counts = Counter()
         self.dtypes = {}
         self.main_dtypes = {}
@@ -128,8 +132,10 @@ class AtenCapture(TorchDispatchMode):
         self._on_call = on_call
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        name = aten_name(func)
         kwargs = kwargs or {}
+        if self.paused:
+            return func(*args, **kwargs)
+        name = aten_name(func)
         self.counts[name] += 1
         leaves, _ = tree_flatten((args, kwargs))
         seen = self.dtypes.setdefault(name, set())
@@ -140,14 +146,19 @@ class AtenCapture(TorchDispatchMode):
             kind = variant(func, args, kwargs)
         except Exception:   # an argument of an unexpected kind: the call still counts
             kind = None
+        widened = self.filing_as is not None
         try:
             out = func(*args, **kwargs)
         except Exception:
             if not self._widen_low:
                 raise
             out = self._widened(func, args, kwargs)
-            self.widened.add(name)
+            widened = True
         for dtype in filed_dtypes(name, args, kwargs, out):
+            if self.filing_as is not None:
+                dtype = _FILED_AS[self.filing_as].get(dtype, dtype)
+            if widened:
+                self.widened.add((name, dtype))
             self.main_dtypes.setdefault(name, Counter())[dtype] += 1
             if where is not None:
                 self.places.setdefault((name, dtype), Counter())[where] += 1
@@ -166,12 +177,13 @@ class AtenCapture(TorchDispatchMode):
         outputs back in the low dtype, written-to arguments updated. Raises the
         original error when there is nothing to widen or float32 fails too."""
         leaves = tree_flatten((args, kwargs))[0]
-        low = next((x.dtype for x in leaves if isinstance(x, torch.Tensor)
-                    and x.dtype in (torch.float16, torch.bfloat16)), None)
-        if low is None:
-            return func(*args, **kwargs)    # raises again, as it did
+        floating = {x.dtype for x in leaves if isinstance(x, torch.Tensor) and x.is_floating_point()}
+        low = next(iter(floating), None)
+        if len(floating) != 1 or low not in (torch.float16, torch.bfloat16):
+            return func(*args, **kwargs)    # raises again, as it did: not a missing low kernel
         widen = (lambda x: x.float() if isinstance(x, torch.Tensor) and x.dtype == low else x)
-        wide_args, wide_kwargs = tree_map(widen, tuple(args)), tree_map(widen, dict(kwargs))
+        with self._paused():
+            wide_args, wide_kwargs = tree_map(widen, tuple(args)), tree_map(widen, dict(kwargs))
         out = func(*wide_args, **wide_kwargs)
         for i, arg in enumerate(func._schema.arguments[:len(args)]):
             if arg.alias_info is not None and arg.alias_info.is_write \
@@ -179,8 +191,23 @@ class AtenCapture(TorchDispatchMode):
                 args[i].copy_(wide_args[i])
                 if out is wide_args[i]:
                     out = args[i]
-        narrow = (lambda x: x.to(low) if isinstance(x, torch.Tensor) and x.dtype == torch.float32 else x)
-        return tree_map(narrow, out)
+        with self._paused():
+            return tree_map(_narrower(low), out)
+
+    @contextlib.contextmanager
+    def _paused(self):
+        self.paused = True
+        try:
+            yield
+        finally:
+            self.paused = False
+
+    def widen_functions(self):
+        """A TorchFunctionMode for the capture of a float16/bfloat16 model: a torch
+        function the CPU refuses in that dtype before any kernel runs (torch.fft
+        refuses float16 up front) runs again in float32, its calls filed under the
+        low dtype and marked as widened."""
+        return WidenLow(self)
 
     def variants_json(self):
         """{op: [variants]}, sorted: what a case records in results.aten_variants."""
@@ -203,3 +230,55 @@ def recorder_with_shapes():
         shapes.setdefault(aten_name(func), [tuple(x.shape) for x in tree_flatten((call_args, call_kwargs))[0]
                                             if isinstance(x, torch.Tensor)])
     return AtenCapture(on_call=on_call), shapes
+
+
+class WidenLow(torch.overrides.TorchFunctionMode):
+    """See AtenCapture.widen_functions."""
+
+    def __init__(self, capture):
+        super().__init__()
+        self.capture = capture
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        try:
+            return func(*args, **kwargs)
+        except Exception:
+            leaves = tree_flatten((args, kwargs))[0]
+            lows = {x.dtype for x in leaves if isinstance(x, torch.Tensor) and x.dtype in _WIDER}
+            if not lows or self.capture.filing_as is not None:
+                raise
+        low = torch.bfloat16 if torch.bfloat16 in lows else torch.float16
+        widen = (lambda x: x.to(_WIDER[x.dtype]) if isinstance(x, torch.Tensor) and x.dtype in _WIDER else x)
+        with self.capture._paused():
+            wide_args, wide_kwargs = tree_map(widen, tuple(args)), tree_map(widen, dict(kwargs))
+        self.capture.filing_as = _dtype_name(low)
+        try:
+            out = func(*wide_args, **wide_kwargs)
+        finally:
+            self.capture.filing_as = None
+        with self.capture._paused():
+            return tree_map(_narrower(low), out)
+
+
+# Under a widened call, the dtypes a call is filed under instead.
+_FILED_AS = {"float16": {"float32": "float16", "complex64": "complex32"},
+             "bfloat16": {"float32": "bfloat16"}}
+# Low-precision dtypes and what they are widened to when the CPU lacks a kernel.
+_WIDER = {torch.float16: torch.float32, torch.bfloat16: torch.float32, torch.complex32: torch.complex64}
+
+
+def _narrower(low):
+    """Back from float32 to `low`; complex64 to complex32 for float16 (what an FFT of
+    float16 makes)."""
+    back = {torch.float32: low}
+    if low == torch.float16:
+        back[torch.complex64] = torch.complex32
+
+    def narrow(x):
+        if not (isinstance(x, torch.Tensor) and x.dtype in back):
+            return x
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")   # "ComplexHalf support is experimental"
+            return x.to(back[x.dtype])
+    return narrow

@@ -187,7 +187,7 @@ def format_report(report, fail_on=FALLBACK):
         if where:
             lines.append(f"    {where}")
         if a.use.widened:
-            lines.append(f"    the CPU has no {a.use.dtype} kernel for it: captured by running it in float32")
+            lines.append(f"    the CPU has no {a.use.dtype} kernel for it: captured by running it in a wider dtype (float32, complex64)")
         if a.klass in (UNSUPPORTED, MISMATCH, FALLBACK) and a.message:
             lines.append(f"    {a.message[:160]}")
         lines += [f"    → {tip.text} ({tip.source})" for tip in a.suggestions]
