@@ -106,7 +106,7 @@ def capture(loaded, train=False, optimizer="sgd", on_call=None, portable=True):
         with portable_dispatch(portable), tracker, torch.set_grad_enabled(train):
             if train:
                 opt.zero_grad(set_to_none=True)
-            with cap:
+            with cap, (cap.widen_functions() if cap._widen_low else contextlib.nullcontext()):
                 output = models.call(model, loaded.inputs)
                 if train:
                     tracker.phase = "loss"
@@ -131,7 +131,7 @@ def capture(loaded, train=False, optimizer="sgd", on_call=None, portable=True):
             def ranked(table):
                 return [k for k, _ in table.get((name, dtype), Counter()).most_common()]
             uses.append(OpUse(name, dtype, count, ranked(cap.places), ranked(cap.lines),
-                              ranked(cap.filed_variants), name in cap.widened))
+                              ranked(cap.filed_variants), (name, dtype) in cap.widened))
     dtype = str(next((p.dtype for p in model.parameters()), torch.get_default_dtype()))
     return ModelOps(loaded.name, "forward+backward" if train else "forward",
                     dtype.replace("torch.", ""), uses, kept=tuple(getattr(loaded, "kept", ())))
