@@ -86,12 +86,15 @@ def _dims(value, rank):
 
 def variant(func, args, kwargs):
     """What selects the kernel one call runs, beyond its name and dtype: the rank of
-    its first tensor ("4-D") and the arguments KERNEL_ARGUMENTS and REDUCTIONS list.
+    its first tensor ("4-D", "2-D empty" when it has no elements) and the arguments
+    KERNEL_ARGUMENTS and REDUCTIONS list.
     The probe records it per case and `check` per model call, so each is answered
     from cases that ran the same variant."""
     first = next((x for x in tree_flatten((args, kwargs))[0] if isinstance(x, torch.Tensor)), None)
     rank = first.dim() if first is not None else 0
     parts = [f"{rank}-D" if first is not None else "no tensor"]
+    if first is not None and first.numel() == 0 and rank:
+        parts.append("empty")      # a pass on no elements says little of the kernel
     base = func._schema.name.split("::", 1)[-1]
     for name in KERNEL_ARGUMENTS.get(base, ()):
         value = _argument(func, args, kwargs, name)

@@ -5,8 +5,8 @@ A probe run's evidence is kept per (aten op, dtype) and per kernel variant
 A model's use of an op is answered from the cases that ran the variants the
 model runs: a 5-D convolution failing says nothing of a ResNet's 2-D ones.
 When no case ran the model's variants, the op-wide answer stands only if every
-variant probed agrees, and the note says the evidence is from other shapes;
-if they disagree, the answer is unknown. A dtype the target refuses outright
+variant probed agrees (passes on empty inputs aside), and the note says the
+evidence is from other shapes; if they disagree, the answer is unknown. A dtype the target refuses outright
 (MPS and float64) condemns every op the model runs in it.
 """
 from collections import Counter
@@ -72,7 +72,8 @@ class Evidence:
             return Match(klass, status, note, ev)
         if op_wide.ev.at_transfer and op_wide.klass == UNSUPPORTED:
             return op_wide       # a refused dtype: refused whatever the shape
-        agreeing = {k for k in verdicts.values() if k != UNKNOWN}
+        # Empty inputs run no arithmetic: their passes do not contradict a failure.
+        agreeing = {k for v, k in verdicts.items() if k != UNKNOWN and not _empty(v)}
         if len(agreeing) <= 1:
             return Match(op_wide.klass, op_wide.status,
                          f"{op_wide.note}; evidence only from other shapes (probed: "
@@ -117,3 +118,7 @@ class Evidence:
             base = name.split(".", 1)[0]
             return base[:-1] if base.endswith("_") and not base.endswith("__") else base
         return {name for name in self.names if name != op and stem(name) == stem(op)}
+
+
+def _empty(variant):
+    return variant is not None and " empty" in variant

@@ -12,8 +12,8 @@ from typing import Optional
 
 from mpsprobe import suggestions as advice
 from mpsprobe.db.query import blame
-from mpsprobe.vocabulary import (ANSWER, ANSWERS, FAIL_ON, FALLBACK, MISMATCH, OK, UNCHECKED,
-                                 UNKNOWN, UNSUPPORTED)
+from mpsprobe.vocabulary import (ANSWER, ANSWERS, FAIL_ON, FALLBACK, MISMATCH, OK, OTHER_DTYPES,
+                                 UNCHECKED, UNKNOWN, UNSUPPORTED)
 from .capture import CheckError, ModelOps, OpUse, ops_from_json  # noqa: F401 (re-exported)
 from .matching import Evidence
 
@@ -179,7 +179,9 @@ def format_report(report, fail_on=FALLBACK):
         if a.timing:
             cpu_ms, target_ms = a.timing
             timing = f"; target {target_ms:.3g} ms vs CPU {cpu_ms:.3g} ms"
-        sure = f" [{a.confidence}]" if a.klass == UNKNOWN and a.confidence and a.confidence not in a.note else ""
+        # How sure a `?` is, unless the note says it already ("never probed in float16 (probed in …)").
+        sure = f" [{a.confidence}]" if a.klass == UNKNOWN and a.confidence not in (None, OTHER_DTYPES) \
+            and a.confidence not in a.note else ""
         lines.append(f"{ANSWER[a.klass].symbol} {a.use.aten_op:<{width}} {a.use.dtype or '-':<9} "
                      f"×{a.use.count:<4} {a.note}{sure}{timing}")
         where = "   ".join(x for x in (_listed(a.use.places) and f"in {_listed(a.use.places)}",
