@@ -287,3 +287,22 @@ def test_unknowns_say_how_much_is_known(checked, probe_db, run_cli, tmp_path):
     related = report(run_cli, listed, "--db", probe_db)[1]["ops"][0]
     assert related["class"] == "unknown" and related["confidence"] == RELATED_ONLY
     assert "aten::add.Tensor" in related["note"]
+
+
+def test_a_refusal_naming_another_dtype_condemns_nothing(tmp_path):
+    """A float32 case refused for a float64 side input says nothing of float32 kernels."""
+    db = schema.open_db(tmp_path / "x.db")
+    db["runs"].insert({"id": "r1", "started": "2025-01-01", "device": "mps", "torch_version": "2.5.0"})
+    db["ops"].insert({"id": "f", "name": "f"})
+    for dtype, named in (("float32", "float64"), ("float64", "float64")):
+        db["cases"].insert({"id": f"f|{dtype}|0", "op_id": "f", "dtype": dtype, "sample_index": 0})
+        db["results"].insert({"run_id": "r1", "case_id": f"f|{dtype}|0", "op_id": "f", "dtype": dtype,
+                              "status": "unsupported", "reason_kind": "dtype",
+                              "reason": "inputs cannot be moved to the target: float64 is refused",
+                              "notes": json.dumps({"named_dtype": named}),
+                              "aten_ops": '["aten::a", "aten::b"]'})
+    evidence = Evidence(db.conn, "r1")
+    assert evidence.match(OpUse("aten::a", "float64", 1)).klass == "unsupported"
+    assert evidence.match(OpUse("aten::c", "float64", 1)).klass == "unsupported"   # float64 refused
+    assert evidence.match(OpUse("aten::a", "float32", 1)).klass == "unknown"
+    assert "float32" not in evidence.refused

@@ -15,8 +15,8 @@ failing case must not condemn every op it touched. The rules:
 - an op that no case dispatched is unknown: never reported as working.
 
 - a case refused while its inputs moved to the target (MPS refuses float64
-  tensors) condemns every op its CPU reference dispatched, in that dtype:
-  the dtype is refused, whatever the op.
+  tensors), by a message naming the case's own dtype, condemns every op its
+  CPU reference dispatched, in that dtype: the dtype is refused, whatever the op.
 
 The aten ops recorded for a case are what its CPU reference dispatched, and a
 model's ops are captured on the CPU too, so both sides use the same names
@@ -96,7 +96,7 @@ def evidence(conn, run_id, dtypes=None, by_variant=False):
         SELECT results.op_id, results.dtype, results.status, results.check_kind,
                results.aten_op, results.fallback_ops, results.aten_ops, results.aten_variants,
                results.reason, results.reason_kind, results.min_macos,
-               results.message, results.ref_ms, results.target_ms, ops.aten_name
+               results.message, results.notes, results.ref_ms, results.target_ms, ops.aten_name
         FROM results LEFT JOIN ops ON ops.id = results.op_id WHERE {where}""", params)
     found = defaultdict(Evidence)
     unplaced = []   # (ops, keys, status, op_id, message): failures no message pins on one op
@@ -137,7 +137,7 @@ def evidence(conn, run_id, dtypes=None, by_variant=False):
             else:  # the target decomposed one of `others` into what fell back
                 unplaced.append((others, {op: keys(op) for op in others}, FALLBACK, r["op_id"],
                                  (None, r["reason_kind"], r["min_macos"])))
-        elif status in FAILED and ops and (r["reason"] or "").startswith(REFUSED_AT_TRANSFER):
+        elif status in FAILED and ops and _refuses_its_dtype(r):
             # Refused while its inputs moved: the dtype itself is refused, so every op the
             # CPU dispatched for it is (under the names the CPU, and a model, dispatch).
             for op, k in each(ops):
@@ -175,14 +175,25 @@ def evidence(conn, run_id, dtypes=None, by_variant=False):
     return dict(found)
 
 
+def _refuses_its_dtype(row):
+    """A case refused while its inputs moved, by a message naming the case's own dtype:
+    the dtype is refused, not this op (a float32 case refused for a float64 side
+    input says nothing of float32)."""
+    if not (row["reason"] or "").startswith(REFUSED_AT_TRANSFER):
+        return False
+    return json.loads(row["notes"] or "{}").get("named_dtype") == row["dtype"]
+
+
 def refused_dtypes(conn, run_id):
     """{dtype: (cases, message)}: dtypes the run's target refuses outright, every case of
-    the dtype refused while its inputs moved and none passing (MPS and float64)."""
+    the dtype refused while its inputs moved, naming that dtype, and none running
+    (MPS and float64)."""
     found = {}
     for r in _rows(conn, """
             SELECT dtype, count(*) AS n, max(message) AS message,
                    sum(CASE WHEN status IN ('pass', 'fallback', 'mismatch') THEN 1 ELSE 0 END) AS ran,
-                   sum(CASE WHEN reason LIKE ? THEN 1 ELSE 0 END) AS refused
+                   sum(CASE WHEN reason LIKE ? AND json_extract(notes, '$.named_dtype') = dtype
+                       THEN 1 ELSE 0 END) AS refused
             FROM results WHERE run_id = ? GROUP BY dtype""", [REFUSED_AT_TRANSFER + "%", run_id]):
         if r["refused"] and not r["ran"]:
             found[r["dtype"]] = (r["refused"], r["message"])
