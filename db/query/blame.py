@@ -28,7 +28,7 @@ import statistics
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
-from mpsprobe.vocabulary import (BROKEN, FAILED, FALLBACK, MISMATCH, OK, PASS, RANK,
+from mpsprobe.vocabulary import (BROKEN, FAILED, FALLBACK, MISMATCH, OK, PASS, RAN, RANK,
                                  REFUSED_AT_TRANSFER, SKIP, UNCHECKED, UNKNOWN, UNSUPPORTED)
 from . import rows as _rows
 
@@ -189,9 +189,10 @@ def refused_dtypes(conn, run_id):
     the dtype refused while its inputs moved, naming that dtype, and none running
     (MPS and float64)."""
     found = {}
-    for r in _rows(conn, """
+    ran = ", ".join(f"'{s}'" for s in RAN)
+    for r in _rows(conn, f"""
             SELECT dtype, count(*) AS n, max(message) AS message,
-                   sum(CASE WHEN status IN ('pass', 'fallback', 'mismatch') THEN 1 ELSE 0 END) AS ran,
+                   sum(CASE WHEN status IN ({ran}) THEN 1 ELSE 0 END) AS ran,
                    sum(CASE WHEN reason LIKE ? AND json_extract(notes, '$.named_dtype') = dtype
                        THEN 1 ELSE 0 END) AS refused
             FROM results WHERE run_id = ? GROUP BY dtype""", [REFUSED_AT_TRANSFER + "%", run_id]):
