@@ -306,3 +306,17 @@ def test_a_refusal_naming_another_dtype_condemns_nothing(tmp_path):
     assert evidence.match(OpUse("aten::c", "float64", 1)).klass == "unsupported"   # float64 refused
     assert evidence.match(OpUse("aten::a", "float32", 1)).klass == "unknown"
     assert "float32" not in evidence.refused
+
+
+def test_a_recorded_batch_sweep_gives_the_speed_line(probe_db, run_cli, tmp_path):
+    path = tmp_path / "speed.db"
+    shutil.copy(probe_db, path)
+    swept = report(run_cli, MODELS / "resnet_like.py", "--run", "--backend", FAKE_MPS, "--no-timing",
+                   "--batch", "1,2", "--db", path)[1]
+    speed = report(run_cli, MODELS / "resnet_like.py", "--db", path)[1]["speed"]
+    assert speed["run_id"] == swept["run"]["id"] and speed["device"] == "fake-mps"
+    assert speed["batches"] == [1, 2] and speed["best_batch"] in (1, 2)
+    text = run_cli("check", MODELS / "resnet_like.py", "--db", path).output
+    assert any(line.startswith("  speed: fake-mps beats the CPU ") for line in text.splitlines())
+    # Another model, or the training step, has no sweep: no line.
+    assert "speed" not in report(run_cli, MODELS / "resnet_like.py", "--train", "--db", path)[1]

@@ -65,6 +65,7 @@ class Report:
     model_ms: Optional[tuple] = None   # (CPU ms, target ms, calls timed) of a replay
     recorded_in: Optional[str] = None  # the database a replay was recorded in
     batch_sweep: Optional[dict] = None  # check --run --batch: modelcheck.batches.sweep_and_record()
+    speed: Optional[dict] = None        # the newest batch sweep recorded for this model (speed_of)
 
     @property
     def ops(self):
@@ -97,6 +98,7 @@ class Report:
             **({"model_ms": {"cpu": self.model_ms[0], "target": self.model_ms[1],
                              "calls_timed": self.model_ms[2]}} if self.model_ms else {}),
             **({"batch_sweep": self.batch_sweep} if self.batch_sweep else {}),
+            **({"speed": self.speed} if self.speed else {}),
         }
 
 
@@ -116,7 +118,27 @@ def answer(conn, model_ops, run, model_ms=None, recorded_in=None):
         answers.append(OpAnswer(use, m.klass, m.status, m.note, sorted(ev.via) if ev else [],
                                 message, blame.timing(ev), m.confidence, tips))
     answers.sort(key=lambda a: (ORDER[a.klass], a.use.aten_op, a.use.dtype or ""))
-    return Report(model_ops, run, answers, model_ms, recorded_in)
+    return Report(model_ops, run, answers, model_ms, recorded_in, speed=speed_of(conn, model_ops))
+
+
+def speed_of(conn, model_ops):
+    """The newest whole-model batch sweep (`check --run --batch`) of this model, mode and
+    dtype in the database: {run_id, device, started, best batch and speedup, crossover}."""
+    from mpsprobe.db.query import speed as speed_q
+    mode = "training" if model_ops.mode == "forward+backward" else "inference"
+    # A sweep whose target was the CPU itself measures no device.
+    sweeps = [s for s in speed_q.model_sweeps(conn, model=model_ops.model)
+              if s["mode"] == mode and s["dtype"] == model_ops.dtype
+              and (s["device"] or "cpu").split(":")[0] != "cpu"]
+    timed = [r for s in sweeps[:1] for r in s["rows"] if r.get("speedup")]
+    if not timed:
+        return None
+    best = max(timed, key=lambda r: r["speedup"])
+    s = sweeps[0]
+    return {"run_id": s["run_id"], "device": s["device"], "started": s["started"],
+            "batches": [r["batch"] for r in timed], "best_batch": best["batch"],
+            "best_speedup": best["speedup"], "crossover_batch": s["crossover_batch"],
+            "always": bool(s["always"])}
 
 
 def _version(text):
@@ -163,6 +185,12 @@ def format_report(report, fail_on=FALLBACK):
     lines.append("  " + "   ".join(summary))
     if mo.kept:
         lines.append(f"  kept in float64 (not cast by --dtype): {', '.join(mo.kept)}")
+    if report.speed and not report.batch_sweep:
+        sp = report.speed
+        wins = ("at every batch measured" if sp["always"] else
+                f"from batch {sp['crossover_batch']}" if sp["crossover_batch"] is not None else "at no batch measured")
+        lines.append(f"  speed: {sp['device']} beats the CPU {wins} (best {sp['best_speedup']:.2f}x at batch "
+                     f"{sp['best_batch']}; batch sweep of run {sp['run_id'][:12]}, {(sp['started'] or '')[:10]})")
     if report.model_ms:
         cpu_ms, target_ms, timed = report.model_ms
         lines.append(f"  measured: one {mo.mode} ≈ {target_ms:.3g} ms of kernels on "
