@@ -240,7 +240,7 @@ def check_model(model, example_inputs=None, db="mpsprobe.db", *, input_shape=Non
                     _loaded(model, example_inputs, input_shape, dtype, name), batches, device, backend,
                     store, writer.run_id, train=train, optimizer=optimizer, say=say)
         else:
-            chosen = runs_q.pick_run(store.conn, torch=torch, macos=macos, device=device)
+            chosen = runs_q.pick_run(store.conn, run_id=run_id, torch=torch, macos=macos, device=device)
             if is_list:
                 try:
                     with open(model) as f:

@@ -1,12 +1,13 @@
 """What to try when an op does not work: a small table of workarounds, each with its source.
 
-The site's op page shows them beside the messages seen; `check` can give the
-same advice for a model's ops. A suggestion applies to a (status, reason kind,
-dtype) and says what to do and where that advice comes from.
+The site's op page shows them beside the messages seen; `check` shows them
+under each failing op of a model (for_answer). A suggestion applies to a
+(status, reason kind, dtype), or to one well-known op (BY_OP), and says what
+to do and where that advice comes from.
 """
 from collections import namedtuple
 
-from mpsprobe.vocabulary import ERROR, FALLBACK, UNSUPPORTED
+from mpsprobe.vocabulary import BROKEN, ERROR, FALLBACK, MISMATCH, UNSUPPORTED
 
 Suggestion = namedtuple("Suggestion", "text source")
 
@@ -31,6 +32,36 @@ NEWER_TORCH = Suggestion(
     "A newer torch may have a native kernel: see the op's grid row.", MPS_NOTES)
 
 
+CAST_COMPLEX64 = Suggestion(
+    "Use complex64 instead of complex128 for this op: MPS has no double-precision types.", MPS_NOTES)
+WRONG_NUMBERS = Suggestion(
+    "Compare this op's output with the CPU's on your own data; if the error matters, run it on "
+    "the CPU (x.cpu() … .to('mps')) or in float32.", MPS_NOTES)
+OTHER_ARGUMENTS = Suggestion(
+    "The MPS kernel refuses these arguments (sizes, modes; see the message): change them to ones "
+    "it takes, or run this op on the CPU.", MPS_NOTES)
+
+# Well-known ops, by aten name without its overload: an alternative that runs natively.
+BY_OP = {
+    "upsample_bicubic2d": Suggestion(
+        "Use mode='bilinear' in F.interpolate (upsample_bilinear2d has an MPS kernel), or a torch "
+        "with the Metal bicubic kernel (added in pytorch/pytorch#136123).",
+        "https://github.com/pytorch/pytorch/pull/136123"),
+    "_upsample_bicubic2d_aa": Suggestion(
+        "Use antialias=False or mode='bilinear', or a torch with the antialiased bicubic kernel "
+        "(added in pytorch/pytorch#149378).", "https://github.com/pytorch/pytorch/pull/149378"),
+    "grid_sampler_3d": Suggestion(
+        "The MPS kernel for 3-D grid_sample, where a torch has it, does bilinear interpolation "
+        "only: keep mode='bilinear'; older torch versions need PYTORCH_ENABLE_MPS_FALLBACK=1.",
+        "https://github.com/pytorch/pytorch/pull/160541"),
+}
+
+
+def _base(op):
+    """"upsample_bicubic2d" for "aten::upsample_bicubic2d.vec"."""
+    return op.rsplit("::", 1)[-1].split(".", 1)[0]
+
+
 def upgrade_macos(min_macos):
     version = f" {min_macos}" if min_macos else ""
     return Suggestion(f"Upgrade macOS to{version or ' a newer version'}: the MPS kernel needs it.",
@@ -39,16 +70,22 @@ def upgrade_macos(min_macos):
 
 def for_case(op_id, status, reason_kind, dtype, message=None, min_macos=None):
     """The suggestions that fit one failing (status, reason kind, dtype), most useful first."""
-    found = []
+    found = [BY_OP[_base(op_id)]] if status in (UNSUPPORTED, FALLBACK) and _base(op_id) in BY_OP else []
     if reason_kind == "macos_version" or (message and "macOS" in message and status == UNSUPPORTED):
         found.append(upgrade_macos(min_macos))
     if status == UNSUPPORTED:
-        if dtype == "float64" or reason_kind == "dtype" and dtype in ("float64", "complex128"):
+        if dtype == "complex128":
+            found.append(CAST_COMPLEX64)
+        elif dtype == "float64" or reason_kind == "dtype" and dtype in ("float64", "complex128"):
             found.append(CAST_FLOAT32)
         elif reason_kind == "dtype" or (dtype or "") in ("float16", "bfloat16") and reason_kind != "no_kernel":
             found.append(CAST_FROM_LOW)
         if reason_kind in (None, "no_kernel") or (message and "not currently implemented" in message):
             found += [FALLBACK_SWITCH, KERNEL_REQUEST]
+        if reason_kind == "argument":
+            found.append(OTHER_ARGUMENTS)
+    elif status == MISMATCH:
+        found.append(WRONG_NUMBERS)
     elif status == FALLBACK:
         found += [NEWER_TORCH, KERNEL_REQUEST]
     elif status == ERROR:
@@ -59,3 +96,14 @@ def for_case(op_id, status, reason_kind, dtype, message=None, min_macos=None):
 def unique(suggestions):
     """Each suggestion once, in first-seen order."""
     return list(dict.fromkeys(suggestions))
+
+
+def for_answer(aten_op, status, reason_kinds, dtype, message=None, min_macos=None):
+    """The suggestions for one failing op of a model: `status` as check answers it
+    (any broken status counts as unsupported), `reason_kinds` its failures' kinds,
+    most frequent first."""
+    status = UNSUPPORTED if status in BROKEN and status != ERROR else status
+    found = []
+    for kind in list(reason_kinds) or [None]:
+        found += for_case(aten_op, status, kind, dtype, message, min_macos)
+    return unique(found)

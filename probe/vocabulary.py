@@ -157,6 +157,17 @@ _ANSWERS = (
 ANSWER = {a.name: a for a in _ANSWERS}
 ANSWERS = tuple(a.name for a in _ANSWERS)
 
+# How much an unknown (`?`) answer should worry a porter, least known first.
+NEVER_PROBED = "never probed anywhere"             # no case of the run dispatched the op
+OTHER_DTYPES = "probed only in other dtypes"
+RELATED_ONLY = "only a related variant probed"     # its in-place/out-of-place form, another overload
+FAILING_ONLY = "only seen in failing cases"        # dispatched, but never proven either way
+CONFIDENCES = (NEVER_PROBED, OTHER_DTYPES, RELATED_ONLY, FAILING_ONLY)
+
+# The start of the reason of a case refused while its inputs moved to the target
+# (MPS refuses float64 there): nothing ran on the target.
+REFUSED_AT_TRANSFER = "inputs cannot be moved to the target"
+
 # `check --fail-on LEVEL`: the answers that make it exit 1.
 FAIL_ON = {
     UNKNOWN: (UNSUPPORTED, MISMATCH, FALLBACK, UNKNOWN),

@@ -22,7 +22,8 @@ each comes from):
 - an op hangs (always, or in the first process only); an op's error surfaces
   only at synchronize; an op raises a given MPS text; an op exits the process;
 - an op runs out of memory, always or until the cache is emptied;
-- an op refuses its input as over MPS's limit of 16 dimensions (a size limit).
+- an op refuses its input as over MPS's limit of 16 dimensions (a size limit),
+  or refuses inputs of one rank only, in MPS's words (3-D convolution);
 - a backward kernel is missing (softplus_backward, as on MPS for years), and
   another returns gradients off by a factor.
 
@@ -122,7 +123,8 @@ DEFAULTS = {
     "out_of_memory": [],                         # ops that always run out of memory
     "out_of_memory_once": [],                    # ops that run out of memory until the cache is emptied after
     "rank_limit": [],                            # ops that refuse inputs of any rank (as if > 16)
-}
+    "refuse_rank": {},                           # op -> [rank, MPS text]: raised for inputs of that
+}                                                #   rank only (5-D convolution below macOS 13.2)
 
 # Read once, when the backend loads, as MPSFallback.mm does.
 FALLBACK_ENABLED = os.environ.get("PYTORCH_ENABLE_MPS_FALLBACK", "0") not in ("", "0")
@@ -209,6 +211,10 @@ class FakeMPSMode(TorchDispatchMode):
         if name in config["out_of_memory_once"] and not self.state.get("freed"):
             self.state["full"] = True
             raise RuntimeError(OUT_OF_MEMORY)
+        refused = config["refuse_rank"].get(name)
+        if refused and next((x.dim() for x in torch.utils._pytree.tree_flatten((args, kwargs))[0]
+                             if isinstance(x, torch.Tensor)), None) == refused[0]:
+            raise RuntimeError(refused[1])
         if name in config["rank_limit"]:
             raise RuntimeError(RANK_LIMIT.format(rank=17))
         falls_back = _DECOMPOSED.get(name, name) in config["fallback"]

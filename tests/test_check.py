@@ -179,11 +179,13 @@ def test_text_report_and_fail_on(probe_db):
     result = invoke("check", MODELS / "convnet.py", "--train", "--db", probe_db)
     assert result.exit_code == 1
     lines = result.output.splitlines()
-    assert lines[0] == f"convnet forward+backward, float32 — {len(CONVNET_TRAIN_OPS)} distinct aten ops"
+    # Counts that say what they count: op names, and the (op, dtype) pairs each symbol counts.
+    assert lines[0] == (f"convnet forward+backward, float32 — {len(CONVNET_TRAIN_OPS)} distinct aten ops, "
+                        f"answered per (op, dtype): {len(report_json(invoke('check', MODELS / 'convnet.py', '--train', '--db', probe_db, '--json'))['ops'])}")
     assert "✗ 1 unsupported (aten::max_pool2d_with_indices_backward)" in result.output
     assert "⚠ 1 fall back to CPU (aten::relu)" in result.output
-    assert any(line.startswith("✗ aten::max_pool2d_with_indices_backward") and "[pool]" in line
-               for line in lines)
+    failing = next(i for i, line in enumerate(lines) if line.startswith("✗ aten::max_pool2d_with_indices_backward"))
+    assert lines[failing + 1].strip() == "in pool"   # a backward op: no line of the user's code runs it
     # Forward only: relu falls back, addmm is wrong, nothing is unsupported.
     assert invoke("check", MODELS / "convnet.py", "--db", probe_db,
                   "--fail-on", "unsupported").exit_code == 0

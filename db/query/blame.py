@@ -14,16 +14,22 @@ failing case must not condemn every op it touched. The rules:
   is kept as a caveat on ops that otherwise work;
 - an op that no case dispatched is unknown: never reported as working.
 
+- a case refused while its inputs moved to the target (MPS refuses float64
+  tensors), by a message naming the case's own dtype, condemns every op its
+  CPU reference dispatched, in that dtype: the dtype is refused, whatever the op.
+
 The aten ops recorded for a case are what its CPU reference dispatched, and a
-model's ops are captured on the CPU too, so both sides use the same names.
+model's ops are captured on the CPU too, so both sides use the same names
+(`aten::add.Tensor`, `aten::_fft_r2c`), and the same kernel variants
+(mpsprobe.engine.aten.variant: rank and kernel-choosing arguments).
 """
 import json
 import statistics
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
-from mpsprobe.vocabulary import (BROKEN, FAILED, FALLBACK, MISMATCH, OK, PASS, RANK, REASON_KIND, SKIP,
-                                 UNCHECKED, UNKNOWN, UNSUPPORTED)
+from mpsprobe.vocabulary import (BROKEN, FAILED, FALLBACK, MISMATCH, OK, PASS, RAN, RANK, REASON_KIND,
+                                 REFUSED_AT_TRANSFER, SKIP, UNCHECKED, UNKNOWN, UNSUPPORTED)
 from . import rows as _rows
 
 # Reason kinds of a pass that needed a derived allowance (mpsprobe.vocabulary.REASON_KINDS).
@@ -32,7 +38,7 @@ ALLOWANCES = (REASON_KIND["reduced_precision"].name, REASON_KIND["summation_orde
 
 @dataclass
 class Evidence:
-    """What one run says about one (aten op, dtype)."""
+    """What one run says about one (aten op, dtype), or one kernel variant of it."""
     good: int = 0                                   # cases where it ran natively and correctly
     good_via: set = field(default_factory=set)      # probe op ids of those cases
     unchecked: int = 0                              # ran natively, values not comparable
@@ -40,8 +46,11 @@ class Evidence:
     inferred: Counter = field(default_factory=Counter)    # status -> cases pinned on it
     suspect: Counter = field(default_factory=Counter)     # status -> cases it may have failed
     input_specific: Counter = field(default_factory=Counter)
+    at_transfer: int = 0                            # cases refused while moving their inputs
     via: set = field(default_factory=set)           # probe op ids that dispatched it
     messages: list = field(default_factory=list)
+    kinds: Counter = field(default_factory=Counter)      # reason kind -> failing cases
+    min_macos: set = field(default_factory=set)           # macOS versions the failures name
     timings: list = field(default_factory=list)     # (ref_ms, target_ms) of single-op cases
     allowed: Counter = field(default_factory=Counter)   # passes by a derived allowance: reason -> cases
 
@@ -49,81 +58,155 @@ class Evidence:
     def failures(self):
         return self.blamed + self.inferred
 
+    def __add__(self, other):
+        """The evidence of two variants together."""
+        return Evidence(self.good + other.good, self.good_via | other.good_via,
+                        self.unchecked + other.unchecked, self.blamed + other.blamed,
+                        self.inferred + other.inferred, self.suspect + other.suspect,
+                        self.input_specific + other.input_specific,
+                        self.at_transfer + other.at_transfer, self.via | other.via,
+                        self.messages + other.messages, self.kinds + other.kinds,
+                        self.min_macos | other.min_macos, self.timings + other.timings)
+
+    def failed(self, why):
+        """Keep one failure's (message, reason kind, minimum macOS)."""
+        message, kind, min_macos = why
+        if message:
+            self.messages.append(message)
+        if kind:
+            self.kinds[kind] += 1
+        if min_macos:
+            self.min_macos.add(min_macos)
+
 
 def _json_list(text):
     return json.loads(text) if text else []
 
 
-def evidence(conn, run_id, dtypes=None):
-    """{(aten op, dtype): Evidence} for one run (optionally only some dtypes)."""
+def evidence(conn, run_id, dtypes=None, by_variant=False):
+    """{(aten op, dtype): Evidence} for one run (optionally only some dtypes).
+
+    `by_variant`: {(aten op, dtype, variant): Evidence} instead, a case counting
+    under each kernel variant of the op it ran (results.aten_variants; variant
+    None where a case recorded none), so a failure of 5-D convolutions is kept
+    apart from the 2-D ones. Only another probe op's passing case of the same
+    variant then clears an op of a failure.
+    """
     where, params = "results.run_id = ?", [run_id]
     if dtypes:
         where += f" AND results.dtype IN ({', '.join('?' for _ in dtypes)})"
         params += list(dtypes)
-    columns = {r[1] for r in conn.execute("PRAGMA table_info(results)")}
-    kind = "results.reason_kind" if "reason_kind" in columns else "NULL"
     rows = _rows(conn, f"""
-        SELECT results.op_id, results.dtype, results.status, results.check_kind, {kind} AS reason_kind,
-               results.aten_op, results.fallback_ops, results.aten_ops, results.reason,
-               results.message, results.ref_ms, results.target_ms, ops.aten_name
+        SELECT results.op_id, results.dtype, results.status, results.check_kind,
+               results.aten_op, results.fallback_ops, results.aten_ops, results.aten_variants,
+               results.reason, results.reason_kind, results.min_macos,
+               results.message, results.notes, results.ref_ms, results.target_ms, ops.aten_name
         FROM results LEFT JOIN ops ON ops.id = results.op_id WHERE {where}""", params)
     found = defaultdict(Evidence)
-    unplaced = []   # (ops, dtype, status, op_id): failures no message pins on one op
+    unplaced = []   # (ops, keys, status, op_id, message): failures no message pins on one op
 
     for r in rows:
         ops, fell_back, dtype, status = _json_list(r["aten_ops"]), _json_list(r["fallback_ops"]), r["dtype"], r["status"]
-        for op in ops:
-            found[op, dtype].via.add(r["op_id"])
-        for op in fell_back:
-            found[op, dtype].blamed[FALLBACK] += 1
-            found[op, dtype].via.add(r["op_id"])
+        variants = json.loads(r["aten_variants"]) if r["aten_variants"] else {}
+
+        def keys(op):
+            if not by_variant:
+                return [(op, dtype)]
+            return [(op, dtype, v) for v in variants.get(op) or [None]]
+
+        def each(op_list):
+            return [(op, k) for op in op_list for k in keys(op)]
+        why = (r["message"] or r["reason"], r["reason_kind"], r["min_macos"])
+        for op, k in each(ops):
+            found[k].via.add(r["op_id"])
+        for op, k in each(fell_back):
+            found[k].blamed[FALLBACK] += 1
+            found[k].via.add(r["op_id"])
+            found[k].failed((None, r["reason_kind"], r["min_macos"]))
         if status == PASS or (status == SKIP and r["check_kind"] == "shape"):
             kind = "good" if status == PASS else "unchecked"
-            for op in ops:
-                setattr(found[op, dtype], kind, getattr(found[op, dtype], kind) + 1)
+            for op, k in each(ops):
+                setattr(found[k], kind, getattr(found[k], kind) + 1)
                 if status == PASS:
-                    found[op, dtype].good_via.add(r["op_id"])
+                    found[k].good_via.add(r["op_id"])
             if status == PASS and r["reason_kind"] in ALLOWANCES and r["reason"]:
                 # "matches the CPU within TF32's error": said beside the pass, per op
-                for op in ops:
-                    found[op, dtype].allowed[r["reason"].replace("matches the CPU ", "")] += 1
+                for op, k in each(ops):
+                    found[k].allowed[r["reason"].replace("matches the CPU ", "")] += 1
             if status == PASS and len(ops) == 1 and r["target_ms"] is not None:
-                found[ops[0], dtype].timings.append((r["ref_ms"], r["target_ms"]))
+                for k in keys(ops[0]):
+                    found[k].timings.append((r["ref_ms"], r["target_ms"]))
         elif status == FALLBACK:
             others = [op for op in ops if op not in fell_back]
             if set(fell_back) <= set(ops):
-                for op in others:
-                    found[op, dtype].good += 1
-                    found[op, dtype].good_via.add(r["op_id"])
+                for op, k in each(others):
+                    found[k].good += 1
+                    found[k].good_via.add(r["op_id"])
             else:  # the target decomposed one of `others` into what fell back
-                unplaced.append((others, dtype, FALLBACK, r["op_id"]))
+                unplaced.append((others, {op: keys(op) for op in others}, FALLBACK, r["op_id"],
+                                 (None, r["reason_kind"], r["min_macos"])))
+        elif status in FAILED and ops and _refuses_its_dtype(r):
+            # Refused while its inputs moved: the dtype itself is refused, so every op the
+            # CPU dispatched for it is (under the names the CPU, and a model, dispatch).
+            for op, k in each(ops):
+                found[k].blamed[status] += 1
+                found[k].at_transfer += 1
+                found[k].failed(why)
         elif status in FAILED:
             named = r["aten_op"]
             if named:
-                found[named, dtype].blamed[status] += 1
-                found[named, dtype].via.add(r["op_id"])
-                found[named, dtype].messages.append(r["message"] or r["reason"])
+                for k in keys(named):
+                    found[k].blamed[status] += 1
+                    found[k].via.add(r["op_id"])
+                    found[k].failed(why)
             if not named or named not in ops:
                 if not ops and r["aten_name"]:
                     # A crash or hang records no ops; the OpInfo's own aten op is the suspect.
                     ops = [f"aten::{r['aten_name']}"]
-                    found[ops[0], dtype].via.add(r["op_id"])
-                unplaced.append((ops, dtype, status, r["op_id"], r["message"] or r["reason"]))
+                    for k in keys(ops[0]):
+                        found[k].via.add(r["op_id"])
+                unplaced.append((ops, {op: keys(op) for op in ops}, status, r["op_id"], why))
 
-    for ops, dtype, status, op_id, *message in unplaced:
+    for ops, keys, status, op_id, why in unplaced:
         # Only another probe op's passing case clears an op: the same op passing
         # with other inputs does not (the failure may be in those inputs' path).
-        open_ops = [op for op in ops if not (found[op, dtype].good_via - {op_id})]
-        if len(open_ops) == 1:
-            found[open_ops[0], dtype].inferred[status] += 1
-            found[open_ops[0], dtype].messages.extend(m for m in message if m)
-        elif open_ops:
-            for op in open_ops:
-                found[op, dtype].suspect[status] += 1
-        else:
-            for op in ops:
-                found[op, dtype].input_specific[status] += 1
+        open_ops = [op for op in ops if not any(found[k].good_via - {op_id} for k in keys[op])]
+        for op in ops:
+            for k in keys[op]:
+                if len(open_ops) == 1 and op in open_ops:
+                    found[k].inferred[status] += 1
+                    found[k].failed(why)
+                elif op in open_ops:
+                    found[k].suspect[status] += 1
+                elif not open_ops:
+                    found[k].input_specific[status] += 1
     return dict(found)
+
+
+def _refuses_its_dtype(row):
+    """A case refused while its inputs moved, by a message naming the case's own dtype:
+    the dtype is refused, not this op (a float32 case refused for a float64 side
+    input says nothing of float32)."""
+    if not (row["reason"] or "").startswith(REFUSED_AT_TRANSFER):
+        return False
+    return json.loads(row["notes"] or "{}").get("named_dtype") == row["dtype"]
+
+
+def refused_dtypes(conn, run_id):
+    """{dtype: (cases, message)}: dtypes the run's target refuses outright, every case of
+    the dtype refused while its inputs moved, naming that dtype, and none running
+    (MPS and float64)."""
+    found = {}
+    ran = ", ".join(f"'{s}'" for s in RAN)
+    for r in _rows(conn, f"""
+            SELECT dtype, count(*) AS n, max(message) AS message,
+                   sum(CASE WHEN status IN ({ran}) THEN 1 ELSE 0 END) AS ran,
+                   sum(CASE WHEN reason LIKE ? AND json_extract(notes, '$.named_dtype') = dtype
+                       THEN 1 ELSE 0 END) AS refused
+            FROM results WHERE run_id = ? GROUP BY dtype""", [REFUSED_AT_TRANSFER + "%", run_id]):
+        if r["refused"] and not r["ran"]:
+            found[r["dtype"]] = (r["refused"], r["message"])
+    return found
 
 
 def verdict(ev):
@@ -139,6 +222,8 @@ def verdict(ev):
     broken = [s for s in BROKEN if failures[s]]
     passes = f"; passes in {ev.good} other case(s): depends on the arguments" if ev.good else ""
     how = "" if ev.blamed else " (the only op of a failing case not seen working elsewhere)"
+    if ev.at_transfer and ev.at_transfer == sum(failures.values()):
+        how = f" ({ev.at_transfer} case(s) refused while moving their inputs to the target)"
     if broken:
         status = max(broken, key=RANK.get)
         return UNSUPPORTED, status, f"{status}{how}{passes}"

@@ -21,7 +21,7 @@ import torch
 from torch.utils._pytree import tree_flatten
 
 from mpsprobe.ops import samples as sample_tools
-from mpsprobe.vocabulary import REASON_KINDS, SKIP
+from mpsprobe.vocabulary import REASON_KINDS, REFUSED_AT_TRANSFER, SKIP
 from . import ambiguity, classify, judge, precision
 from .aten import recorder_with_shapes
 from .execute import _call, _call_on_target, _result
@@ -113,7 +113,7 @@ def _record_backward(op, args, positions, grad_outputs, cache, key):
             torch.autograd.grad(outputs, inputs, grads, allow_unused=True)
     except Exception:
         pass  # the ops dispatched before it raised are still recorded
-    recorded = (capture.ops, shapes)
+    recorded = (capture.ops, shapes, capture.variants_json())
     if cache is not None:
         cache[key] = recorded
     return recorded
@@ -140,7 +140,7 @@ def run_backward_case(op, dtype, sample, target, op_key, timing=True, aten_cache
             target_args = sample_tools.to_device(cpu_args, target.torch_device)
     except Exception as e:
         status, aten_op, reason = classify.classify_error(e)
-        return done(status, f"inputs cannot be moved to the target: {reason}", None, check_kind="none",
+        return done(status, f"{REFUSED_AT_TRANSFER}: {reason}", None, check_kind="none",
                     error_type=type(e).__name__, message=classify.first_line(e), aten_op=aten_op)
     truth_args = sample_tools.upcast(cpu_args, dtype)
     record_args = sample_tools.to_device(cpu_args, "cpu")
@@ -168,9 +168,9 @@ def run_backward_case(op, dtype, sample, target, op_key, timing=True, aten_cache
                                      _widened(grad_outputs, truth_outputs))
         except Exception:
             truth_outputs = truth_grads = None  # no float64 backward: judged against the CPU itself
-    aten_ops, aten_shapes = _record_backward(op, record_args, positions, grad_outputs, aten_cache,
-                                             (op_key, str(dtype), summary))
-    fields = {"aten_ops": aten_ops}
+    aten_ops, aten_shapes, variants = _record_backward(op, record_args, positions, grad_outputs,
+                                                       aten_cache, (op_key, str(dtype), summary))
+    fields = {"aten_ops": aten_ops, "aten_variants": variants}
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

@@ -6,7 +6,7 @@ import torch
 from torch.utils._pytree import tree_flatten
 
 from mpsprobe.ops import samples as sample_tools
-from mpsprobe.vocabulary import FALLBACK, MISMATCH, SKIP
+from mpsprobe.vocabulary import FALLBACK, MISMATCH, REFUSED_AT_TRANSFER, SKIP
 from .verdict import METADATA, VALUES
 from . import classify, judge
 from .aten import recorder_with_shapes
@@ -102,7 +102,8 @@ def _moved(cpu_args, target):
 
 
 def _record_aten(op, args, cache, key):
-    """The aten ops (and their first call's input shapes) that `op` dispatches on `args`.
+    """The aten ops that `op` dispatches on `args`, their first call's input shapes,
+    and their kernel variants ({op: [variant]}, aten.variant).
 
     A call of its own, whose output is discarded: under a dispatch mode some
     kernels compute differently (complex pinv does), so the reference never runs
@@ -116,7 +117,7 @@ def _record_aten(op, args, cache, key):
             _call(op, args)
     except Exception:
         pass  # the ops dispatched before it raised are still recorded
-    recorded = (capture.ops, shapes)
+    recorded = (capture.ops, shapes, capture.variants_json())
     if cache is not None:
         cache[key] = recorded
     return recorded
@@ -153,20 +154,23 @@ def run_case(op, dtype, sample, target, nondeterministic=False, timing=True, unc
     random = judge.random_sample(op_key, cpu_args) if op_key else False
     # Every copy is made before any call, in case an op writes into its inputs.
     # Moving to the target happens under the target's rules: MPS refuses float64 there.
+    key = (op_key, str(dtype), sample_tools.summarize(sample))
+    record_args = None
+    if aten_cache is None or key not in aten_cache:
+        record_args = sample_tools.to_device(cpu_args, "cpu")
     try:
         target_args = _moved(cpu_args, target)
         draw_args = _moved(cpu_args, target) if random else None
     except Exception as e:
         fields = refusal(e)
-        fields["reason"] = f"inputs cannot be moved to the target: {fields['reason']}"
-        return dict(fields, duration_s=time.perf_counter() - started)
+        fields["reason"] = f"{REFUSED_AT_TRANSFER}: {fields['reason']}"
+        # Nothing ran on the target: the ops the CPU dispatches are the ones refused.
+        aten_ops, _, variants = _record_aten(op, record_args, aten_cache, key)
+        return dict(fields, aten_ops=aten_ops, aten_variants=variants,
+                    duration_s=time.perf_counter() - started)
     shape_only = nondeterministic or (judge.shape_only(op_key) if op_key else False)
     values = not (shape_only or random)
     truth_args = sample_tools.upcast(cpu_args, dtype) if values else None
-    record_args = None
-    key = (op_key, str(dtype), sample_tools.summarize(sample))
-    if aten_cache is None or key not in aten_cache:
-        record_args = sample_tools.to_device(cpu_args, "cpu")
     trivial_input = _first_tensor(cpu_args)
     fields = {}
 
@@ -182,8 +186,8 @@ def run_case(op, dtype, sample, target, nondeterministic=False, timing=True, unc
             truth_out = _call(op, truth_args)
         except Exception:
             truth_out = None  # float64 unsupported for this op: judge against the CPU itself
-    aten_ops, aten_shapes = _record_aten(op, record_args, aten_cache, key)
-    fields["aten_ops"] = aten_ops
+    aten_ops, aten_shapes, variants = _record_aten(op, record_args, aten_cache, key)
+    fields["aten_ops"], fields["aten_variants"] = aten_ops, variants
 
     notes = {}
     with warnings.catch_warnings(record=True) as caught:

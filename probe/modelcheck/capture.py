@@ -6,6 +6,8 @@ each call is filed under and the module that made it. An exported op list
 (`check --export`) reads back as the same ModelOps.
 """
 import contextlib
+import os
+import sys
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Optional
@@ -28,6 +30,9 @@ class OpUse:
     dtype: Optional[str]
     count: int
     places: list = field(default_factory=list)    # module paths, most calls first
+    lines: list = field(default_factory=list)     # "file.py:12" in the user's code, most calls first
+    variants: list = field(default_factory=list)  # kernel variants run (engine.aten.variant)
+    widened: bool = False      # the CPU has no kernel in this dtype: captured in float32
 
 
 @dataclass
@@ -37,14 +42,17 @@ class ModelOps:
     dtype: str
     ops: list
     calls: list = None        # replayable calls (modelcheck/replay.py), when recorded
+    kept: tuple = ()          # tensors --dtype left in float64 (load.cast)
 
     def to_json(self):
         return {"model": self.model, "mode": self.mode, "dtype": self.dtype,
                 "ops": [{"aten_op": u.aten_op, "dtype": u.dtype, "count": u.count,
-                         "places": u.places} for u in self.ops]}
+                         "places": u.places, "lines": u.lines, "variants": u.variants}
+                        for u in self.ops]}
 
     @property
     def distinct(self):
+        """Distinct aten op names (a name used in two dtypes counts once)."""
         return len({u.aten_op for u in self.ops})
 
 
@@ -86,7 +94,8 @@ def capture(loaded, train=False, optimizer="sgd", on_call=None, portable=True):
     from . import load as models
     model = loaded.model
     tracker = ModuleTracker(model, root_name=loaded.name)
-    cap = AtenCapture(where=tracker.current, on_call=on_call)
+    cap = AtenCapture(where=tracker.current, on_call=on_call, source=user_line,
+                      widen_low=_has_low_precision(model, loaded.inputs))
     optimizers = {"sgd": torch.optim.SGD, "adam": torch.optim.Adam, "adamw": torch.optim.AdamW}
     if train and not any(p.requires_grad for p in model.parameters()):
         raise CheckError(f"--train: {loaded.name} has no trainable parameters, so there is no "
@@ -97,7 +106,7 @@ def capture(loaded, train=False, optimizer="sgd", on_call=None, portable=True):
         with portable_dispatch(portable), tracker, torch.set_grad_enabled(train):
             if train:
                 opt.zero_grad(set_to_none=True)
-            with cap:
+            with cap, (cap.widen_functions() if cap._widen_low else contextlib.nullcontext()):
                 output = models.call(model, loaded.inputs)
                 if train:
                     tracker.phase = "loss"
@@ -118,12 +127,73 @@ def capture(loaded, train=False, optimizer="sgd", on_call=None, portable=True):
     for name in cap.ops:
         if not name.startswith("aten::"):
             continue  # profiler markers and the like are not kernels
-        places = [p for p, _ in cap.places.get(name, Counter()).most_common()]
         for dtype, count in cap.main_dtypes.get(name, Counter()).most_common():
-            uses.append(OpUse(name, dtype, count, places))
+            def ranked(table):
+                return [k for k, _ in table.get((name, dtype), Counter()).most_common()]
+            uses.append(OpUse(name, dtype, count, ranked(cap.places), ranked(cap.lines),
+                              ranked(cap.filed_variants), (name, dtype) in cap.widened))
     dtype = str(next((p.dtype for p in model.parameters()), torch.get_default_dtype()))
     return ModelOps(loaded.name, "forward+backward" if train else "forward",
-                    dtype.replace("torch.", ""), uses)
+                    dtype.replace("torch.", ""), uses, kept=tuple(getattr(loaded, "kept", ())))
+
+
+def _has_low_precision(model, inputs):
+    import torch
+    from torch.utils._pytree import tree_flatten
+    tensors = list(model.parameters()) + list(model.buffers()) + \
+        [x for x in tree_flatten(inputs)[0] if isinstance(x, torch.Tensor)]
+    return any(t.dtype in (torch.float16, torch.bfloat16) for t in tensors)
+
+
+_FOLDERS = None
+
+
+def _folders():
+    """(mpsprobe's folder, torch's and the standard library's, installed packages')."""
+    global _FOLDERS
+    if _FOLDERS is None:
+        import site
+        import sysconfig
+        import torch
+        import mpsprobe
+
+        def real(*dirs):
+            return tuple(os.path.realpath(d) + os.sep for d in dirs if d)
+        packages = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
+        packages.update(getattr(site, "getsitepackages", lambda: [])())
+        _FOLDERS = (real(os.path.dirname(mpsprobe.__file__)),
+                    real(os.path.dirname(torch.__file__), sysconfig.get_paths()["stdlib"]),
+                    real(*packages))
+    return _FOLDERS
+
+
+def _shown(path, line):
+    shown = os.path.relpath(path)
+    return f"{path if shown.startswith('..') else shown}:{line}"
+
+
+def user_line(frame=None):
+    """"path/to/model.py:12": the line of the model's code that is running, from the
+    Python stack: the innermost frame outside torch and the standard library, and
+    outside installed packages where the model's own file is further out (a
+    torchvision model has only torchvision's). Only frames inside the call mpsprobe
+    made count; None for a backward pass (only the autograd engine runs)."""
+    frame = frame or sys._getframe(1)
+    ours, libraries, packages = _folders()
+    in_package = None
+    while frame is not None:
+        path = frame.f_code.co_filename
+        if not path.startswith("<"):
+            real = os.path.realpath(path)
+            if real.startswith(ours):
+                if real.startswith(os.path.join(ours[0], "modelcheck", "")):
+                    return in_package     # back at the call into the model
+            elif real.startswith(packages) and not real.startswith(libraries):
+                in_package = in_package or _shown(real, frame.f_lineno)
+            elif not real.startswith(libraries):
+                return _shown(real, frame.f_lineno)
+        frame = frame.f_back
+    return in_package
 
 
 def ops_from_json(data):
@@ -146,7 +216,8 @@ def ops_from_json(data):
         if not name.startswith("aten::"):
             name = "aten::" + name
         uses.append(OpUse(name, item.get("dtype") or default_dtype, int(item.get("count") or 1),
-                          list(item.get("places") or [])))
+                          list(item.get("places") or []), list(item.get("lines") or []),
+                          list(item.get("variants") or [])))
     return ModelOps(data.get("model") or "ops", data.get("mode") or "ops", default_dtype, uses)
 
 

@@ -34,6 +34,7 @@ class LoadedModel:
     model: torch.nn.Module
     inputs: Any
     loss: Optional[Callable] = None
+    kept: tuple = ()     # tensors `cast` left in float64 on purpose ("buffer scale")
 
 
 def parse_shape(text):
@@ -140,11 +141,26 @@ def default_loss(output):
 
 
 def cast(loaded, dtype):
-    """The model and its floating-point inputs in `dtype` (a torch.dtype)."""
-    loaded.model = loaded.model.to(dtype)
+    """The model and its floating-point inputs in `dtype` (a torch.dtype), except
+    float64 tensors: a float64 buffer is a deliberate choice of the model's, and
+    casting it would hide the op that needs float64 (MPS has none). Those kept
+    are named in `loaded.kept`."""
+    kept = []
+    for kind, named in (("parameter", loaded.model.named_parameters()),
+                        ("buffer", loaded.model.named_buffers())):
+        kept += [f"{kind} {n}" for n, t in named if t.dtype == torch.float64 and dtype != torch.float64]
+
+    def to(t):
+        if t.is_floating_point() and (t.dtype != torch.float64 or dtype == torch.float64):
+            return t.to(dtype)
+        return t
+    loaded.model = loaded.model._apply(to)
+    inputs = torch.utils._pytree.tree_flatten(loaded.inputs)[0]
+    kept += [f"input {i}" for i, x in enumerate(inputs)
+             if isinstance(x, torch.Tensor) and x.dtype == torch.float64 and dtype != torch.float64]
     loaded.inputs = torch.utils._pytree.tree_map(
-        lambda x: x.to(dtype) if isinstance(x, torch.Tensor) and x.is_floating_point() else x,
-        loaded.inputs)
+        lambda x: to(x) if isinstance(x, torch.Tensor) else x, loaded.inputs)
+    loaded.kept = tuple(kept)
     return loaded
 
 

@@ -2,17 +2,20 @@
 
 The answers come from one probe run, picked by mpsprobe.db.query.runs; how a
 failing case's blame is placed on one of the ops it dispatched is explained in
-mpsprobe.db.query.blame. The words and symbols are mpsprobe.vocabulary's
-answers; this module formats the whole report, lines or JSON.
+mpsprobe.db.query.blame, and which evidence answers the model's own use of an
+op (its shapes and arguments) in .matching. The words and symbols are
+mpsprobe.vocabulary's answers; this module formats the whole report, lines or JSON.
 """
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional
 
+from mpsprobe import suggestions as advice
 from mpsprobe.db.query import blame
-from mpsprobe.vocabulary import (ANSWER, ANSWERS, FAIL_ON, FALLBACK, MISMATCH, OK, UNCHECKED,
-                                 UNKNOWN, UNSUPPORTED)
+from mpsprobe.vocabulary import (ANSWER, ANSWERS, FAIL_ON, FALLBACK, MISMATCH, OK, OTHER_DTYPES,
+                                 UNCHECKED, UNKNOWN, UNSUPPORTED)
 from .capture import CheckError, ModelOps, OpUse, ops_from_json  # noqa: F401 (re-exported)
+from .matching import Evidence
 
 ORDER = {name: i for i, name in enumerate(ANSWERS)}
 
@@ -26,6 +29,8 @@ class OpAnswer:
     via: list
     message: Optional[str] = None
     timing: Optional[tuple] = None       # (CPU ms, target ms) median of single-op cases
+    confidence: Optional[str] = None     # how much a `?` should worry (vocabulary.CONFIDENCES)
+    suggestions: list = field(default_factory=list)    # suggestions.Suggestion, for failing ops
 
     @property
     def aten_op(self):
@@ -40,6 +45,17 @@ class OpAnswer:
         """ok, unchecked, unknown, fallback, mismatch or unsupported (mpsprobe.vocabulary.ANSWERS)."""
         return self.klass
 
+    def to_json(self):
+        a = self
+        return {"aten_op": a.use.aten_op, "dtype": a.use.dtype, "class": a.klass,
+                "status": a.status, "note": a.note, "confidence": a.confidence,
+                "count": a.use.count, "places": a.use.places, "lines": a.use.lines,
+                "variants": a.use.variants, "cpu_widened": a.use.widened,
+                "probe_ops": a.via, "message": a.message,
+                "suggestions": [{"text": x.text, "source": x.source} for x in a.suggestions],
+                "cpu_ms": a.timing[0] if a.timing else None,
+                "target_ms": a.timing[1] if a.timing else None}
+
 
 @dataclass
 class Report:
@@ -49,6 +65,7 @@ class Report:
     model_ms: Optional[dict] = None    # model_speed(): the whole step, the replayed calls as its breakdown
     recorded_in: Optional[str] = None  # the database a replay was recorded in
     batch_sweep: Optional[dict] = None  # check --run --batch: modelcheck.batches.sweep_and_record()
+    speed: Optional[dict] = None        # the newest batch sweep recorded for this model (speed_of)
 
     @property
     def ops(self):
@@ -69,20 +86,18 @@ class Report:
         return {
             "model": self.model_ops.model, "mode": self.model_ops.mode,
             "dtype": self.model_ops.dtype, "distinct_ops": self.model_ops.distinct,
+            "op_dtype_pairs": len(self.answers),
             "run": {k: run.get(k) for k in ("id", "device", "device_name", "backend",
                                             "torch_version", "os_name", "os_version",
                                             "chip", "started", "state")},
             "counts": {name: self.counts().get(name, 0) for name in ANSWERS},
             "fallback_calls": sum(a.use.count for a in self.answers if a.klass == FALLBACK),
             "fail_on": fail_on, "exit_code": self.exit_code(fail_on),
-            "ops": [{"aten_op": a.use.aten_op, "dtype": a.use.dtype, "class": a.klass,
-                     "status": a.status, "note": a.note, "count": a.use.count,
-                     "places": a.use.places, "probe_ops": a.via, "message": a.message,
-                     "cpu_ms": a.timing[0] if a.timing else None,
-                     "target_ms": a.timing[1] if a.timing else None}
-                    for a in self.answers],
+            "kept_float64": list(self.model_ops.kept),
+            "ops": [a.to_json() for a in self.answers],
             **({"model_ms": self.model_ms} if self.model_ms else {}),
             **({"batch_sweep": self.batch_sweep} if self.batch_sweep else {}),
+            **({"speed": self.speed} if self.speed else {}),
         }
 
 
@@ -127,32 +142,65 @@ def _speed_lines(speed, mode, device):
 
 def answer(conn, model_ops, run, model_ms=None, recorded_in=None):
     """The Report for `model_ops` against one run (a runs-table row)."""
-    found = blame.evidence(conn, run["id"])
+    evidence = Evidence(conn, run["id"])
     answers = []
     for use in model_ops.ops:
-        ev = found.get((use.aten_op, use.dtype))
-        klass, status, note = blame.verdict(ev)
-        plain = blame.out_of_place(use.aten_op) if klass == UNKNOWN else None
-        if plain and found.get((plain, use.dtype)) is not None \
-                and blame.verdict(found[plain, use.dtype])[0] != UNKNOWN:
-            # The in-place op itself was never probed: say what its out-of-place form shows.
-            ev = found[plain, use.dtype]
-            klass, status, note = blame.verdict(ev)
-            note = f"only the out-of-place op probed ({plain}: {note})"
-        elif klass == UNKNOWN and ev is None:
-            elsewhere = blame.other_dtypes(found, use.aten_op, use.dtype)
-            if elsewhere:
-                note = f"never probed in {use.dtype} (probed in {', '.join(elsewhere)})"
-        answers.append(OpAnswer(use, klass, status, note, sorted(ev.via) if ev else [],
-                                ev.messages[0] if ev and ev.messages else None,
-                                blame.timing(ev)))
+        m = evidence.match(use)
+        ev = m.ev
+        message = ev.messages[0] if ev and ev.messages else None
+        tips = []
+        if m.klass in (UNSUPPORTED, MISMATCH, FALLBACK):
+            kinds = [k for k, _ in ev.kinds.most_common()] if ev else []
+            min_macos = max(ev.min_macos, key=_version, default=None) if ev else None
+            tips = advice.for_answer(use.aten_op, m.status, kinds, use.dtype, message, min_macos)
+        answers.append(OpAnswer(use, m.klass, m.status, m.note, sorted(ev.via) if ev else [],
+                                message, blame.timing(ev), m.confidence, tips))
     answers.sort(key=lambda a: (ORDER[a.klass], a.use.aten_op, a.use.dtype or ""))
-    return Report(model_ops, run, answers, model_ms, recorded_in)
+    return Report(model_ops, run, answers, model_ms, recorded_in, speed=speed_of(conn, model_ops))
+
+
+def speed_of(conn, model_ops):
+    """The newest whole-model batch sweep (`check --run --batch`) of this model, mode and
+    dtype in the database: {run_id, device, started, best batch and speedup, crossover}."""
+    from mpsprobe.db.query import speed as speed_q
+    mode = "training" if model_ops.mode == "forward+backward" else "inference"
+    # A sweep whose target was the CPU itself measures no device.
+    sweeps = [s for s in speed_q.model_sweeps(conn, model=model_ops.model)
+              if s["mode"] == mode and s["dtype"] == model_ops.dtype
+              and (s["device"] or "cpu").split(":")[0] != "cpu"]
+    timed = [r for s in sweeps[:1] for r in s["rows"] if r.get("speedup")]
+    if not timed:
+        return None
+    best = max(timed, key=lambda r: r["speedup"])
+    s = sweeps[0]
+    return {"run_id": s["run_id"], "device": s["device"], "started": s["started"],
+            "batches": [r["batch"] for r in timed], "best_batch": best["batch"],
+            "best_speedup": best["speedup"], "crossover_batch": s["crossover_batch"],
+            "always": bool(s["always"])}
+
+
+def _version(text):
+    return tuple(int(x) for x in text.split(".") if x.isdigit())
 
 
 def _names(answers, limit=3):
-    names = [a.use.aten_op for a in answers]
+    """Each op name once (an op failing in two dtypes is one name here)."""
+    names = list(dict.fromkeys(a.use.aten_op for a in answers))
     return ", ".join(names[:limit]) + (", …" if len(names) > limit else "")
+
+
+def _listed(items, limit=3):
+    return ", ".join(items[:limit]) + (", …" if len(items) > limit else "")
+
+
+def _code_lines(lines, limit=3):
+    """"model.py:20, 21" for ["model.py:20", "model.py:21"]: each file named once."""
+    by_file = {}
+    for text in lines[:limit]:
+        path, _, number = text.rpartition(":")
+        by_file.setdefault(path, []).append(number)
+    shown = "; ".join(f"{path}:{', '.join(numbers)}" for path, numbers in by_file.items())
+    return shown + (", …" if len(lines) > limit else "")
 
 
 def format_report(report, fail_on=FALLBACK):
@@ -160,7 +208,8 @@ def format_report(report, fail_on=FALLBACK):
     mo, run = report.model_ops, report.run
     target = f"{run['device']} ({run.get('device_name') or '?'})"
     where = " ".join(x for x in (run.get("os_name"), run.get("os_version")) if x)
-    lines = [f"{mo.model} {mo.mode}, {mo.dtype} — {mo.distinct} distinct aten ops",
+    lines = [f"{mo.model} {mo.mode}, {mo.dtype} — {mo.distinct} distinct aten ops, "
+             f"answered per (op, dtype): {len(report.answers)}",
              f"answers from run {run['id'][:12]}: {target}, torch {run['torch_version']}, "
              f"{where}, {(run.get('started') or '')[:10]}"]
     if run.get("backend"):
@@ -172,6 +221,14 @@ def format_report(report, fail_on=FALLBACK):
             shown = f" ({_names(group)})" if name not in (OK, UNCHECKED) else ""
             summary.append(f"{ANSWER[name].symbol} {len(group)} {ANSWER[name].label}{shown}")
     lines.append("  " + "   ".join(summary))
+    if mo.kept:
+        lines.append(f"  kept in float64 (not cast by --dtype): {', '.join(mo.kept)}")
+    if report.speed and not report.batch_sweep:
+        sp = report.speed
+        wins = ("at every batch measured" if sp["always"] else
+                f"from batch {sp['crossover_batch']}" if sp["crossover_batch"] is not None else "at no batch measured")
+        lines.append(f"  speed: {sp['device']} beats the CPU {wins} (best {sp['best_speedup']:.2f}x at batch "
+                     f"{sp['best_batch']}; batch sweep of run {sp['run_id'][:12]}, {(sp['started'] or '')[:10]})")
     if report.model_ms:
         lines += _speed_lines(report.model_ms, mo.mode, run["device"])
     fallback_calls = sum(a.use.count for a in report.answers if a.klass == FALLBACK)
@@ -182,18 +239,27 @@ def format_report(report, fail_on=FALLBACK):
     lines.append("")
     width = max((len(a.use.aten_op) for a in report.answers), default=10)
     for a in report.answers:
-        places = ", ".join(a.use.places[:3]) + (", …" if len(a.use.places) > 3 else "")
         timing = ""
         if a.timing:
             cpu_ms, target_ms = a.timing
             timing = f"; target {target_ms:.3g} ms vs CPU {cpu_ms:.3g} ms"
-        lines.append(f"{ANSWER[a.klass].symbol} {a.use.aten_op:<{width}} {a.use.dtype or '-':<8} "
-                     f"×{a.use.count:<4} {a.note}{timing}" + (f"  [{places}]" if places else ""))
+        # How sure a `?` is, unless the note says it already ("never probed in float16 (probed in …)").
+        sure = f" [{a.confidence}]" if a.klass == UNKNOWN and a.confidence not in (None, OTHER_DTYPES) \
+            and a.confidence not in a.note else ""
+        lines.append(f"{ANSWER[a.klass].symbol} {a.use.aten_op:<{width}} {a.use.dtype or '-':<9} "
+                     f"×{a.use.count:<4} {a.note}{sure}{timing}")
+        where = "   ".join(x for x in (_listed(a.use.places) and f"in {_listed(a.use.places)}",
+                                       a.use.lines and f"at {_code_lines(a.use.lines)}") if x)
+        if where:
+            lines.append(f"    {where}")
+        if a.use.widened:
+            lines.append(f"    the CPU has no {a.use.dtype} kernel for it: captured by running it in a wider dtype (float32, complex64)")
         if a.klass in (UNSUPPORTED, MISMATCH, FALLBACK) and a.message:
             lines.append(f"    {a.message[:160]}")
+        lines += [f"    → {tip.text} ({tip.source})" for tip in a.suggestions]
     failing = report.failing(fail_on)
     lines.append("")
-    lines.append(f"exit 1: {len(failing)} op(s) at or above --fail-on {fail_on}" if failing
+    lines.append(f"exit 1: {len(failing)} (op, dtype) pair(s) at or above --fail-on {fail_on}" if failing
                  else f"exit 0: nothing at or above --fail-on {fail_on}")
     if report.batch_sweep:
         from mpsprobe.modelcheck.batches import format_sweep

@@ -41,8 +41,8 @@ a JSON list of aten op names, or one name a line.</p>
 <tbody>
 {% for o in report.ops %}<tr>
 <td>{{ symbols[o["class"]] }}</td><td><code>{{ o.aten_op }}</code></td><td>{{ o.dtype or "" }}</td>
-<td>{% if o.status %}<span class="st {{ status_class(o.status) }}">{{ status_symbol(o.status) }} {{ o.status }}</span> {% endif %}{{ o.note }}{% if o.message %}<br><small>{{ o.message[:200] }}</small>{% endif %}</td>
-<td>{{ o.count }}</td><td>{{ o.places[:3]|join(", ") }}</td>
+<td>{% if o.status %}<span class="st {{ status_class(o.status) }}">{{ status_symbol(o.status) }} {{ o.status }}</span> {% endif %}{{ o.note }}{% if o.message %}<br><small>{{ o.message[:200] }}</small>{% endif %}{% for s in o.suggestions %}<br><small>→ {{ s.text }} (<a href="{{ s.source }}">source</a>)</small>{% endfor %}</td>
+<td>{{ o.count }}</td><td>{{ o.places[:3]|join(", ") }}{% if o.lines %}<br><small>{{ o.lines[:3]|join(", ") }}</small>{% endif %}</td>
 <td>{% for v in o.probe_ops[:4] %}<a href="{{ op_base }}{{ v|urlencode }}">{{ v }}</a> {% endfor %}</td>
 <td>{% if o.target_ms is not none %}{{ "%.3g"|format(o.target_ms) }} / {{ "%.3g"|format(o.cpu_ms) }}{% endif %}</td>
 </tr>{% endfor %}
