@@ -59,8 +59,10 @@ def _sql(path, statement, params=()):
     try:
         with conn:
             conn.execute(statement, params)
-    except sqlite3.Error:
-        pass   # damage that SQLite itself refuses to make is no damage
+    except (sqlite3.Error, UnicodeDecodeError):
+        # Damage that SQLite itself refuses to make is no damage (on a flipped byte
+        # its error message itself may not decode).
+        pass
     finally:
         conn.close()
 

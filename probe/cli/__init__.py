@@ -60,6 +60,9 @@ class MpsprobeGroup(click.Group):
             # Damage the store's checks on opening cannot see (quick_check reads
             # structure, not every value) still ends in one line.
             raise _OneLine(f"the database could not be read: {e}") from None
+        except UnicodeDecodeError as e:
+            # SQLite's own message, or a value it returns, on a damaged file need not be UTF-8.
+            raise _OneLine(f"could not decode text read from a file (is the database damaged?): {e}") from None
 
 
 @click.group(cls=MpsprobeGroup)
