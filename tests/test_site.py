@@ -164,7 +164,7 @@ def test_op_page_says_since_when_an_op_works(ds, site_db, db_cells, fake_runs):
         before = db_cells(site_db, old["id"])[("exp", dtype)]
         after = db_cells(site_db, new["id"])[("exp", dtype)]
         page = html.unescape(get(ds, "/-/op/exp").text)
-        line = re.search(rf"<strong>{dtype}</strong> on fake-mps: ([^<]*)</li>", page).group(1)
+        line = re.search(rf"<strong>{dtype}</strong> on fake-mps — ([^<]*)</li>", page).group(1)
         if before not in WORKING and after in WORKING:
             assert line == f"works since torch {new['torch_version']}"
         elif after not in WORKING:
@@ -671,3 +671,31 @@ def test_suggestions_are_sourced_and_fit_the_failure():
     assert suggestions.for_case("x", PASS, None, "float32") == []
     for s in (suggestions.CAST_FLOAT32, suggestions.FALLBACK_SWITCH, suggestions.ON_CPU):
         assert s.source.startswith("https://")
+
+
+def test_history_rows_say_what_ran_each_run_in_the_grids_words(site_db, tmp_path, rows):
+    """A history row names the device and what it is, and says so where a run was
+    virtualised or had the CPU fallback switched on; the summary and the grid use
+    the same words for a virtual machine."""
+    path = tmp_path / "labels.db"
+    shutil.copy(site_db, path)
+    old = rows(site_db, "SELECT id FROM runs WHERE device = 'fake-mps' ORDER BY torch_version_key LIMIT 1")[0]["id"]
+    conn = sqlite3.connect(path)
+    with conn:
+        conn.execute("UPDATE runs SET virtualized = 1, device_env = ? WHERE id = ?",
+                     [json.dumps({"PYTORCH_ENABLE_MPS_FALLBACK": "1"}), old])
+    conn.close()
+    ds = make_datasette(str(path))
+    asyncio.run(ds.invoke_startup())
+    labels = {h["run"]: h["label"] for h in get(ds, "/-/op/add.json").json()["history"][FORWARD]}
+    assert old in labels and len(labels) > 1
+    for run in rows(str(path), "SELECT * FROM runs"):
+        if run["id"] not in labels:
+            continue
+        label = labels[run["id"]]
+        assert f"torch {run['torch_version']}" in label and f"{run['device']}: {run['device_name']}" in label
+        assert ("virtual machine" in label) == (run["id"] == old)
+        assert ("CPU fallback on" in label) == (run["id"] == old)
+    page, grid = html.unescape(get(ds, "/-/op/add").text), html.unescape(get(ds, "/-/grid").text)
+    assert "on fake-mps · virtual machine —" in page
+    assert "fake-mps · macOS 14 · virtual machine" in grid
