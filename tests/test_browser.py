@@ -82,7 +82,7 @@ def test_walk_every_page_at_desktop_and_phone_width(server, browser, width):
     queue = [f"{base}{p}" for p in ("/-/grid", "/-/matrix", "/-/op/histc", "/-/compare", "/-/legend",
                                     "/-/findings", "/-/check-ops?ops=add%0Ahistc", "/",
                                     f"/{name}/search?q=conv", f"/{name}/fallbacks",
-                                    "/-/op/nn.functional.interpolate",
+                                    "/-/op/nn.functional.interpolate", "/-/op/exp", "/-/speed",
                                     "/-/op/" + urllib.parse.quote("<script>alert(1)</script>", safe=""),
                                     # No-match deep links and hostile parameters.
                                     "/-/matrix?torch=2.5&os=14&device=mps", "/-/matrix?run=declared:2.13.0",
@@ -167,6 +167,22 @@ def test_every_status_symbol_draws_a_glyph(server, browser, path):
     assert not [key for key, ok in drawn.items() if not ok], (path, drawn)
     if path == "/-/legend":   # every status, the timeout's too
         assert {s.symbol for s in STATUS.values()} <= shown
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_the_op_page_draws_its_speed_curve_inside_the_window(server, browser, width):
+    """exp has a ladder (conftest's extra_db): CPU and target lines, inside the window."""
+    base, _ = server
+    browser.open(base + "/-/op/exp", width)
+    charts = browser.evaluate("""JSON.stringify([...document.querySelectorAll('svg.mp-chart')].map(svg => {
+        const r = svg.getBoundingClientRect();
+        return {left: r.left, right: r.right, height: r.height,
+                lines: [...svg.querySelectorAll('polyline.mp-series')].map(p => p.points.length)};
+    }))""")
+    assert charts
+    for chart in charts:
+        assert len(chart["lines"]) == 2 and min(chart["lines"]) >= 2, chart   # CPU and target, a point per rung
+        assert chart["left"] >= 0 and chart["right"] <= width + 1 and chart["height"] > 80, chart
 
 
 def test_screenshots_of_the_grid_and_an_op_page(server, browser, tmp_path):

@@ -187,6 +187,12 @@ def test_svg_chart_draws_log_axes_two_lines_and_the_crossover():
     assert chart([("CPU", "#000", [(100, None)])], x_label="x", y_label="y") == ""
 
 
+def test_chart_ticks_read_as_plain_numbers_between_a_hundredth_and_ten_thousand():
+    from mpsprobe.site.charts import _label
+    assert [_label(v) for v in (0.05, 2.5, 8, 2540.3, 6630, 1e5, 1e8)] == \
+        ["0.05", "2.5", "8", "2540", "6630", "1e5", "1e8"]
+
+
 def _get(path, *pages):
     ds = make_datasette(path)
 
