@@ -217,6 +217,16 @@ def test_site_op_page_speed_page_and_slowest_query(bench_db):
     assert slowest.status_code == 200 and "Op ladders (mpsprobe bench)" in slowest.text
 
 
+def test_speed_and_claims_pages_have_json(bench_db, rows):
+    path, _, _ = bench_db
+    speed, claims = (r.json() for r in _get(path, "/-/speed.json", "/-/claims.json"))
+    shown = {(c["op"], c["dtype"], c["pass_name"]) for run in speed["crossovers"] for c in run["rows"]}
+    assert shown == {(r["op"], r["dtype"], r["pass_name"])
+                     for r in rows(path, "SELECT op, dtype, pass_name FROM speed_crossovers")}
+    assert [m["model"] for m in speed["models"]] == ["convnet"] and speed["models"][0]["rows"]
+    assert [c["claim"] for c in claims["claims"]] == [c["claim"] for c in CLAIMS]
+
+
 def test_readme_claims_table_names_every_claim_command():
     readme = (ROOT / "README.md").read_text()
     section = readme[readme.index("## The guides' claims"):]

@@ -121,7 +121,9 @@ def fmt(value):
     return f"{value:.3g}" if isinstance(value, float) else str(value)
 
 
-async def _render(datasette, request, template, context):
+async def _render(datasette, request, template, context, data=None):
+    if data is not None and request.path.endswith(".json"):   # every page has its JSON
+        return Response.json(data, default=str)
     body = await datasette.render_template(datasette.jinja_env.from_string(template),
                                            dict(context, fmt=fmt), request=request)
     return Response.html(body)
@@ -132,9 +134,12 @@ async def speed_page(datasette, request):
     crossovers = [{"where": _where(group[0]) + f" · CPU {group[0].get('cpu_threads') or '?'} threads",
                    "rows": [dict(c, text=crossover_text(c)) for c in group]}
                   for group in _groups(await ask(db, speed_q.crossovers), ("run_id",))]
+    models = model_charts(await ask(db, speed_q.model_sweeps))
     return await _render(datasette, request, SPEED_PAGE, {
-        "crossovers": crossovers, "models": model_charts(await ask(db, speed_q.model_sweeps)),
-        "op_base": datasette.urls.path("/-/op/"), "claims_url": datasette.urls.path("/-/claims")})
+        "crossovers": crossovers, "models": models,
+        "op_base": datasette.urls.path("/-/op/"), "claims_url": datasette.urls.path("/-/claims")},
+        data={"crossovers": crossovers,
+              "models": [{k: v for k, v in m.items() if k != "svg"} for m in models]})
 
 
 def claim_findings(claim, models, crossovers):
@@ -152,9 +157,9 @@ async def claims_page(datasette, request):
     models = model_charts(await ask(db, speed_q.model_sweeps))
     crossovers = await ask(db, speed_q.crossovers)
     claims = [dict(c, found=claim_findings(c, models, crossovers)) for c in CLAIMS]
-    return await _render(datasette, request, CLAIMS_PAGE, {"claims": claims})
+    return await _render(datasette, request, CLAIMS_PAGE, {"claims": claims}, data={"claims": claims})
 
 
 @hookimpl
 def register_routes():
-    return [(r"^/-/speed$", speed_page), (r"^/-/claims$", claims_page)]
+    return [(r"^/-/speed(\.json)?$", speed_page), (r"^/-/claims(\.json)?$", claims_page)]
