@@ -622,6 +622,27 @@ def test_grid_has_a_column_per_torch_version_and_a_row_per_op(ds, site_db, rows)
             assert cell["k"] == sum(s in WORKING for s in statuses)
 
 
+def test_grid_counts_only_ops_it_has_rows_for(site_db, tmp_path, rows):
+    """A model replay's aten ops (`check --run`) have no grid column: no row, and not counted."""
+    path = tmp_path / "replay.db"
+    shutil.copy(site_db, path)
+    conn = sqlite3.connect(path)
+    with conn:
+        conn.execute("INSERT INTO runs (id, run_key, state, started, torch_version, device, source, options) "
+                     "VALUES ('replay', 'replay', 'complete', '2030-01-01', '9.9.0', 'fake-mps', 'model', '{}')")
+        conn.execute("INSERT INTO ops (id, name) VALUES ('aten::relu', 'aten::relu')")
+        conn.execute("INSERT INTO cases (id, op_id, dtype, sample_index) VALUES ('r|float32|0', 'aten::relu', 'float32', 0)")
+        conn.execute("INSERT INTO results (run_id, case_id, op_id, dtype, status, pass) "
+                     "VALUES ('replay', 'r|float32|0', 'aten::relu', 'float32', 'pass', 'forward')")
+    conn.close()
+    ds = make_datasette(str(path))
+    asyncio.run(ds.invoke_startup())
+    data = get(ds, "/-/grid.json").json()
+    assert "aten::relu" not in {r["op_id"] for r in data["rows"]}
+    assert data["total"] == len(data["rows"]) == len(
+        {r["op_id"] for r in rows(site_db, "SELECT DISTINCT op_id FROM results")})
+
+
 def test_grid_filters_and_links(ds, site_db):
     page = get(ds, "/-/grid?op=hist").text
     ops = set(re.findall(r'<th class="mp-op"><a href="/-/op/([^"]+)">', page))
