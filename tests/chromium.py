@@ -85,10 +85,15 @@ class Browser:
         result = self.call("Runtime.evaluate", expression=expression, returnByValue=True)
         return json.loads(result["result"]["value"])
 
-    def screenshot(self, path, selector=None):
-        """A PNG of the window, or of the element `selector` names (scrolled into view)."""
+    def screenshot(self, path, selector=None, full_page=0):
+        """A PNG of the window, of the element `selector` names, or with `full_page` (a
+        height in px) of the whole page down to that height."""
         params = {"format": "png"}
-        if selector:
+        if full_page:
+            size = self.evaluate("JSON.stringify([window.innerWidth, document.documentElement.scrollHeight])")
+            params.update(captureBeyondViewport=True,
+                          clip={"x": 0, "y": 0, "width": size[0], "height": min(size[1], full_page), "scale": 1})
+        elif selector:
             box = self.evaluate(f"""JSON.stringify((() => {{
                 const e = document.querySelector({json.dumps(selector)}); e.scrollIntoView();
                 const r = e.getBoundingClientRect();
