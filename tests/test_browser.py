@@ -186,13 +186,16 @@ def test_the_op_page_draws_its_speed_curve_inside_the_window(server, browser, wi
 
 
 def test_screenshots_of_the_grid_and_an_op_page(server, browser, tmp_path):
-    """Also writes the README's screenshots when MPSPROBE_SCREENSHOTS names a folder."""
+    """The way benchmarks/site_screenshots.py takes the README's: a window, and a whole page."""
     base, _ = server
-    out = os.environ.get("MPSPROBE_SCREENSHOTS") or str(tmp_path)
+    out = str(tmp_path)
     for page, path in (("grid", "/-/grid"), ("op", "/-/op/histc")):
         for width, label in ((1400, "desktop"), (390, "phone")):
             browser.open(base + path, width)
             shot = os.path.join(out, f"{page}-{label}.png")
-            browser.screenshot(shot)
+            browser.screenshot(shot, full_page=2600 if page == "op" else 0)
             with open(shot, "rb") as f:
-                assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+                head = f.read(24)
+            assert head[:8] == b"\x89PNG\r\n\x1a\n"
+            assert int.from_bytes(head[16:20], "big") == width              # PNG width
+            assert int.from_bytes(head[20:24], "big") >= 900                # the page's height
