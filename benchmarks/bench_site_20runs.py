@@ -1,17 +1,26 @@
 """Server-side time and size of the site's pages (matrix, op page, compare, grid) on 20 full runs, against their budgets.
 
-Builds the database from one real full run (a DB written by `mpsprobe run`
-over the whole catalogue): the run is copied 20 times as 20 torch versions,
-each copy perturbed (older versions turn more passing cases into fallback,
-unsupported or mismatch), then the matrix page (newest run) and an op page
-are fetched through Datasette's own client.
+Builds the database from one full run: the run is copied 20 times as 20 torch
+versions, each copy perturbed (older versions turn more passing cases into
+fallback, unsupported or mismatch), then the pages are fetched through
+Datasette's own client with a browser's `Accept-Encoding: gzip`. The source is
+a DB written by `mpsprobe run` over the whole catalogue, or, with
+--synthetic, bench_site.py's full run (a few real fake-MPS cases replicated
+over every OpInfo op and 13 dtypes: no sweep needed).
 
-Cold: the first request in a fresh process (Datasette just started, SQLite's
-page cache empty; the OS file cache is not dropped). Warm: the median of the
-next five requests in that process.
+Cold: the first request in a fresh process (SQLite's page cache empty; the OS
+file cache is not dropped). Cached: the median of the next five, answered from
+the site's cache of rendered pages (an immutable database). Rendered: the
+median of five requests with the database served --live, so every page is
+queried and rendered anew: the budgets are judged on this one. Compare is also
+timed on a database of two full runs, as its budget says.
+
+Budgets (issue 15): matrix <= 150 ms warm server-side on 20 full runs and
+<= 150 KB transferred; compare <= 500 ms on two full runs.
 
     mpsprobe run --device cpu --samples 3 --no-timing --db full.db     # one full run
     python benchmarks/bench_site_20runs.py full.db                       # build 20 runs, time
+    python benchmarks/bench_site_20runs.py --synthetic                   # no sweep: a synthetic full run
     python benchmarks/bench_site_20runs.py --built runs20.db             # time an existing one
 """
 import argparse
@@ -77,18 +86,19 @@ def build(source, path, runs=20):
     return original["id"]
 
 
-# (page, URL, warm ms budget, KiB transferred budget): issue 15's budgets.
-PAGES = (("matrix", "/-/matrix", 150, 150), ("op page", "/-/op/{op}", 150, 150),
+# (page, URL, ms budget, KiB transferred budget): issue 15's budgets.
+PAGES = (("matrix", "/-/matrix", 150, 150), ("op page", "/-/op/{op}", None, None),
          ("compare", "/-/compare", 500, 150), ("grid", "/-/grid", None, None))
 
 
-def time_pages(path, op):
-    """Runs in a fresh process: cold and warm server-side times of each page, and
-    the bytes a browser receives (gzip) beside the page's own size."""
+def time_pages(path, op, live):
+    """Runs in a fresh process: cold, then warm server-side times of each page (cached
+    pages of an immutable DB, or rendered anew when `live`), and the bytes a browser
+    receives (gzip) beside the page's own size."""
     from mpsprobe.site import make_datasette
 
     async def go():
-        ds = make_datasette(path)
+        ds = make_datasette(path, live=live)
         await ds.invoke_startup()
         figures = {}
         for name, url, _, _ in PAGES:
@@ -106,42 +116,73 @@ def time_pages(path, op):
     print(json.dumps(asyncio.run(go())))
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("source", nargs="?", help="a DB holding one full run")
-    parser.add_argument("--built", help="time this already-built 20-run DB instead")
-    parser.add_argument("--op", default="add", help="the op page to time")
-    parser.add_argument("--keep", help="save the built DB here")
-    parser.add_argument("--time-one", help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.time_one:
-        return time_pages(args.time_one, args.op)
-    print(_common.machine_line())
-    path = args.built
-    if not path:
-        if not args.source:
-            parser.error("give a DB with one full run, or --built")
-        path = args.keep or os.path.join(tempfile.mkdtemp(prefix="bench-site20-"), "runs20.db")
-        started = time.perf_counter()
-        build(args.source, path)
-        print(f"built {path} in {time.perf_counter() - started:.0f} s")
+def timed(path, op, live):
+    done = subprocess.run([sys.executable, os.path.abspath(__file__), "--time-one", path,
+                           "--op", op] + (["--live"] if live else []),
+                          stdout=subprocess.PIPE, text=True, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def describe(path):
     conn = sqlite3.connect(path)
     n_runs, n_results = conn.execute(
         "SELECT (SELECT count(*) FROM runs), (SELECT count(*) FROM results)").fetchone()
     conn.close()
-    print(f"{n_runs} runs, {n_results} result rows, {os.path.getsize(path) / 2**20:.0f} MiB")
-    done = subprocess.run([sys.executable, os.path.abspath(__file__), "--time-one", path,
-                           "--op", args.op], stdout=subprocess.PIPE, text=True, check=True)
-    figures = json.loads(done.stdout.strip().splitlines()[-1])
-    print("| page | cold ms | warm ms (median of 5) | budget ms | page KiB | sent KiB (gzip) "
-          "| budget KiB | met |\n|---|---|---|---|---|---|---|---|")
-    for name, _, ms_budget, kib_budget in PAGES:
-        f = figures[name]
-        met = ((ms_budget is None or f["warm_ms"] <= ms_budget)
-               and (kib_budget is None or f["sent"] / 1024 <= kib_budget))
-        print(f"| {name} | {f['cold_ms']:.0f} | {f['warm_ms']:.0f} | {ms_budget or '—'} "
-              f"| {f['bytes'] / 1024:.0f} | {f['sent'] / 1024:.0f} | {kib_budget or '—'} "
-              f"| {'yes' if met else 'NO'} |")
+    return f"{n_runs} runs, {n_results} result rows, {os.path.getsize(path) / 2**20:.0f} MiB"
+
+
+def synthetic_source(folder):
+    """bench_site.py's synthetic full run, written into `folder`."""
+    import bench_site
+    path = os.path.join(folder, "full.db")
+    bench_site.synthesise(path)
+    return path
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("source", nargs="?", help="a DB holding one full run")
+    parser.add_argument("--synthetic", action="store_true", help="synthesise the full run (bench_site.py)")
+    parser.add_argument("--built", help="time this already-built 20-run DB instead")
+    parser.add_argument("--op", default="add", help="the op page to time")
+    parser.add_argument("--keep", help="save the built DB here")
+    parser.add_argument("--time-one", help=argparse.SUPPRESS)
+    parser.add_argument("--live", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.time_one:
+        return time_pages(args.time_one, args.op, args.live)
+    print(_common.machine_line())
+    path, two = args.built, None
+    if not path:
+        folder = tempfile.mkdtemp(prefix="bench-site20-")
+        source = args.source or (synthetic_source(folder) if args.synthetic else None)
+        if not source:
+            parser.error("give a DB with one full run, --synthetic, or --built")
+        path = args.keep or os.path.join(folder, "runs20.db")
+        started = time.perf_counter()
+        build(source, path)
+        print(f"built {path} in {time.perf_counter() - started:.0f} s")
+        two = os.path.join(folder, "runs2.db")
+        build(source, two, runs=2)
+    print(f"20 runs: {describe(path)}")
+    if two:
+        print(f"2 runs: {describe(two)}")
+    cached, rendered = timed(path, args.op, live=False), timed(path, args.op, live=True)
+    print("| page | cold ms | cached ms | rendered ms | budget ms | page KiB | sent KiB (gzip) "
+          "| budget KiB | met |\n|---|---|---|---|---|---|---|---|---|")
+    rows = [(f"{name}, 20 runs", name, cached[name], rendered[name]) for name, *_ in PAGES]
+    if two:
+        rows.append(("compare, 2 runs", "compare", timed(two, args.op, live=False)["compare"],
+                     timed(two, args.op, live=True)["compare"]))
+    for label, name, c, r in rows:
+        _, _, ms_budget, kib_budget = next(p for p in PAGES if p[0] == name)
+        # Judged on the slower of a cold request and a page rendered anew: never on the cache.
+        worst_ms = max(c["cold_ms"], r["warm_ms"]) if name == "compare" else r["warm_ms"]
+        met = ((ms_budget is None or worst_ms <= ms_budget)
+               and (kib_budget is None or c["sent"] / 1024 <= kib_budget))
+        print(f"| {label} | {c['cold_ms']:.0f} | {c['warm_ms']:.0f} | {r['warm_ms']:.0f} "
+              f"| {ms_budget or '—'} | {c['bytes'] / 1024:.0f} | {c['sent'] / 1024:.0f} "
+              f"| {kib_budget or '—'} | {'—' if ms_budget is None and kib_budget is None else 'yes' if met else 'NO'} |")
 
 
 if __name__ == "__main__":

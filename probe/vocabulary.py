@@ -11,7 +11,7 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class Status:
     name: str
-    symbol: str      # one character for reports and compact cells
+    symbol: str      # one character for reports and compact cells, in fonts every machine has
     colour: str      # CSS colour of the site's cells (with the symbol, so no colour alone carries meaning)
     label: str       # the words a porter reads in `check`
     meaning: str     # one line, shown on the legend page
@@ -32,7 +32,8 @@ _STATUSES = (
            "The target refused it; the reason kind says why (no kernel, dtype, macOS version, size limit)."),
     Status("error", "!", "#f9a8d4", "raises an error",
            "The target raised something else while the reference succeeded: a bug."),
-    Status("timeout", "⧗", "#c4b5fd", "hangs",
+    # ∞, not an hourglass: the hourglass signs (⧗, ⌛) are missing from common fonts or drawn as emoji.
+    Status("timeout", "∞", "#c4b5fd", "hangs",
            "The case exceeded its time budget; the worker was killed."),
     Status("crash", "☠", "#a78bfa", "crashes the process",
            "The worker process died on this case (signal and last stderr lines kept)."),

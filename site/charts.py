@@ -27,8 +27,8 @@ def _label(value):
     if value >= 1e4 or value < 1e-2:
         mantissa, exponent = f"{value:.0e}".split("e")
         return f"{mantissa}e{int(exponent)}"
-    if value >= 1 and value == int(value):
-        return str(int(value))
+    if value >= 100 or (value >= 1 and value == int(value)):
+        return f"{value:.0f}"   # 6630, not .3g's 6.63e+03
     return f"{value:.3g}"
 
 

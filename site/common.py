@@ -65,11 +65,37 @@ def op_url(datasette, op_id):
 
 
 def run_label(run):
-    os_part = " ".join(x for x in (run.get("os_name"), run.get("os_version")) if x)
+    """How every page names a run, in the grid's words: torch, OS, the device and
+    what it is ("mps: Apple M2 Max", "cuda: NVIDIA H200"), then what makes its
+    results unlike bare metal's: a virtual machine, Rosetta, a test backend,
+    PyTorch's CPU fallback switched on."""
+    from mpsprobe.db.query.runs import VIRTUAL_MACHINE, machine_kind
     device = run.get("device") or "?"
-    if run.get("device_name") and run["device_name"] != device:
-        device = f"{device} ({run['device_name']})"
-    return f"torch {run.get('torch_version')} · {os_part} · {device}"
+    name = run.get("device_name")
+    if name and name != device:
+        device = f"{device}: {name}"
+    parts = [f"torch {run.get('torch_version')}",
+             " ".join(x for x in (run.get("os_name"), run.get("os_version")) if x), device]
+    if machine_kind(run) == VIRTUAL_MACHINE:
+        parts.append(VIRTUAL_MACHINE)
+    if run.get("translated") == 1:
+        parts.append("under Rosetta (x86 Python)")
+    if run.get("backend"):
+        parts.append("test backend, not a real device")
+    if fallback_switched_on(run):
+        parts.append("CPU fallback on")
+    return " · ".join(p for p in parts if p)
+
+
+def fallback_switched_on(run):
+    """True when the run's workers had PYTORCH_ENABLE_MPS_FALLBACK set (ops without a
+    kernel then run on the CPU instead of failing)."""
+    import json
+    try:
+        env = json.loads(run.get("device_env") or "{}")
+    except (TypeError, ValueError):
+        return False
+    return isinstance(env, dict) and str(env.get("PYTORCH_ENABLE_MPS_FALLBACK", "0")) not in ("", "0")
 
 
 def template_vars():

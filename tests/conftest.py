@@ -267,10 +267,14 @@ HOSTILE = "<script>alert(1)</script>"
 @pytest.fixture(scope="session")
 def extra_db(site_db, tmp_path_factory):
     """The site's database plus what the walk must survive: an op with variants,
-    hostile strings in an op id, a message and a declared status, and declared
-    rows for the newest fake-MPS run's release and for a release never measured."""
+    hostile strings in an op id, a message and a declared status, declared rows
+    for the newest fake-MPS run's release and for a release never measured, and
+    a small speed ladder of `exp` (mpsprobe bench on the CPU) for its op page's curve."""
     path = tmp_path_factory.mktemp("extra") / "extra.db"
     shutil.copy(site_db, path)
+    result = _run_cli("bench", "--device", "cpu", "--ops", "exp", "--max-size", "1e4", "--reps", 2,
+                      "--passes", "forward", "--db", path)
+    assert result.exit_code == 0, result.output
     fake = _rows(site_db, "SELECT * FROM runs WHERE device = 'fake-mps' ORDER BY torch_version_key DESC")[0]
     release = fake["torch_version"].split("+")[0]
     conn = sqlite3.connect(path)

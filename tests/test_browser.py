@@ -9,22 +9,20 @@ wider than the window, or a table whose op column leaves the screen.
 """
 import json
 import os
-import shutil
-import socket
 import subprocess
 import sys
-import time
 import urllib.parse
 import urllib.request
 
 import pytest
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+from chromium import CHROMIUM, Browser, free_port, wait_for
+
 websocket = pytest.importorskip("websocket", reason="websocket-client is not installed")
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed")
 
 WIDTHS = (1400, 390)
-PAGES_PER_WIDTH = 28
+PAGES_PER_WIDTH = 36
 
 # Evaluated in each page: what the walk checks, as JSON.
 PROBE = """JSON.stringify((() => {
@@ -49,23 +47,6 @@ PROBE = """JSON.stringify((() => {
 })())"""
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_for(url, proc, what):
-    for _ in range(150):
-        try:
-            return urllib.request.urlopen(url, timeout=2).read()
-        except OSError:
-            if proc.poll() is not None:
-                pytest.fail(f"{what} exited: {proc.stdout.read().decode(errors='replace')[-2000:]}")
-            time.sleep(0.2)
-    pytest.fail(f"{what} did not answer")
-
-
 @pytest.fixture(scope="module")
 def server(extra_db):
     port = free_port()
@@ -80,70 +61,9 @@ def server(extra_db):
         proc.wait(10)
 
 
-class Browser:
-    """One headless Chromium tab, driven over the DevTools protocol."""
-
-    def __init__(self, tmp_path):
-        port = free_port()
-        self.proc = subprocess.Popen(
-            [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-             "--disable-background-networking", "--disable-component-update", "--disable-sync",
-             "--disable-dev-shm-usage", f"--user-data-dir={tmp_path / 'profile'}",
-             f"--remote-debugging-port={port}", "about:blank"],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-        tabs = json.loads(wait_for(f"http://127.0.0.1:{port}/json/list", self.proc, "chromium"))
-        page = next(t for t in tabs if t["type"] == "page")
-        self.ws = websocket.create_connection(page["webSocketDebuggerUrl"], timeout=60,
-                                              suppress_origin=True)
-        self.next_id, self.errors = 0, []
-        for method in ("Page.enable", "Runtime.enable", "Log.enable"):
-            self.call(method)
-
-    def call(self, method, **params):
-        self.next_id += 1
-        self.ws.send(json.dumps({"id": self.next_id, "method": method, "params": params}))
-        while True:
-            message = json.loads(self.ws.recv())
-            if message.get("id") == self.next_id:
-                if "error" in message:
-                    raise RuntimeError(f"{method}: {message['error']}")
-                return message.get("result", {})
-            self.event(message)
-
-    def event(self, message):
-        method, params = message.get("method"), message.get("params", {})
-        if method == "Runtime.exceptionThrown":
-            self.errors.append(params["exceptionDetails"].get("text"))
-        elif method == "Runtime.consoleAPICalled" and params.get("type") == "error":
-            self.errors.append(str(params.get("args")))
-        elif method == "Log.entryAdded" and params["entry"].get("level") == "error":
-            self.errors.append(params["entry"].get("text"))
-        return method
-
-    def open(self, url, width):
-        self.call("Emulation.setDeviceMetricsOverride", width=width, height=900,
-                  deviceScaleFactor=1, mobile=width < 600)
-        self.call("Page.navigate", url=url)
-        while self.event(json.loads(self.ws.recv())) != "Page.loadEventFired":
-            pass
-        result = self.call("Runtime.evaluate", expression=PROBE, returnByValue=True)
-        return json.loads(result["result"]["value"])
-
-    def screenshot(self, path):
-        import base64
-        data = self.call("Page.captureScreenshot", format="png")["data"]
-        with open(path, "wb") as f:
-            f.write(base64.b64decode(data))
-
-    def close(self):
-        self.ws.close()
-        self.proc.terminate()
-        self.proc.wait(10)
-
-
 @pytest.fixture(scope="module")
 def browser(tmp_path_factory):
-    tab = Browser(tmp_path_factory.mktemp("chromium"))
+    tab = Browser(tmp_path_factory.mktemp("chromium") / "profile")
     yield tab
     tab.close()
 
@@ -162,8 +82,13 @@ def test_walk_every_page_at_desktop_and_phone_width(server, browser, width):
     queue = [f"{base}{p}" for p in ("/-/grid", "/-/matrix", "/-/op/histc", "/-/compare", "/-/legend",
                                     "/-/findings", "/-/check-ops?ops=add%0Ahistc", "/",
                                     f"/{name}/search?q=conv", f"/{name}/fallbacks",
-                                    "/-/op/nn.functional.interpolate",
-                                    "/-/op/" + urllib.parse.quote("<script>alert(1)</script>", safe=""))]
+                                    "/-/op/nn.functional.interpolate", "/-/op/exp", "/-/speed",
+                                    "/-/op/" + urllib.parse.quote("<script>alert(1)</script>", safe=""),
+                                    # No-match deep links and hostile parameters.
+                                    "/-/matrix?torch=2.5&os=14&device=mps", "/-/matrix?run=declared:2.13.0",
+                                    "/-/grid?op=%3Cscript%3Ealert(1)%3C/script%3E&status=%22",
+                                    "/-/compare?a=zzz&b=%3Cx%3E", "/-/op/no_such_op",
+                                    "/-/check-ops?ops=%22%3Cscript%3Ealert(1)%3C/script%3E")]
     seen, visited = set(queue), 0
     while queue and visited < PAGES_PER_WIDTH:
         url = queue.pop(0)
@@ -172,7 +97,8 @@ def test_walk_every_page_at_desktop_and_phone_width(server, browser, width):
         status = status_of(url)
         assert status < 500, url
         browser.errors.clear()
-        page = browser.open(url, width)
+        browser.open(url, width)
+        page = browser.evaluate(PROBE)
         visited += 1
         # A missing page's own 404 is logged as a failed load; nothing else may be.
         errors = [e for e in browser.errors if not (status == 404 and "status of 404" in e)]
@@ -205,14 +131,71 @@ def test_matrix_cells_are_coloured_and_carry_symbols(server, browser):
         assert colour not in ("rgba(0, 0, 0, 0)", "rgb(255, 255, 255)")
 
 
-def test_screenshots_of_the_grid_and_an_op_page(server, browser, tmp_path):
-    """Also writes the README's screenshots when MPSPROBE_SCREENSHOTS names a folder."""
+# For each status symbol shown, in the font its element uses: does it draw a glyph
+# of its own, or the missing-glyph box (drawn the same for any code point no font has)?
+GLYPHS = """JSON.stringify((() => {
+  const canvas = document.createElement('canvas');
+  canvas.width = canvas.height = 48;
+  const g = canvas.getContext('2d');
+  const draw = (text, font) => {
+    g.clearRect(0, 0, 48, 48); g.font = font; g.fillText(text, 4, 36);
+    return g.getImageData(0, 0, 48, 48).data.join(',');
+  };
+  const found = {};
+  for (const el of document.querySelectorAll('[class*="st-"]')) {
+    const symbol = [...el.textContent.trim()][0];
+    if (!symbol) continue;
+    const style = getComputedStyle(el.querySelector('a') || el);
+    const font = `${style.fontWeight} 28px ${style.fontFamily}`;
+    const drawn = draw(symbol, font);
+    found[symbol + ' in ' + style.fontFamily] =
+      drawn !== draw('\\uE000', font) && drawn !== draw('\\u{10FFFD}', font) && drawn !== draw(' ', font);
+  }
+  return found;
+})())"""
+
+
+@pytest.mark.parametrize("path", ["/-/legend", "/-/grid", "/-/matrix", "/-/op/lgamma", "/-/op/histc",
+                                  "/-/compare", "/extra/results?_size=200", "/-/findings"])
+def test_every_status_symbol_draws_a_glyph(server, browser, path):
+    from mpsprobe.vocabulary import STATUS
     base, _ = server
-    out = os.environ.get("MPSPROBE_SCREENSHOTS") or str(tmp_path)
+    browser.open(base + path, 1400)
+    drawn = browser.evaluate(GLYPHS)
+    shown = {key.split(" in ")[0] for key in drawn}
+    assert shown, path
+    assert not [key for key, ok in drawn.items() if not ok], (path, drawn)
+    if path == "/-/legend":   # every status, the timeout's too
+        assert {s.symbol for s in STATUS.values()} <= shown
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_the_op_page_draws_its_speed_curve_inside_the_window(server, browser, width):
+    """exp has a ladder (conftest's extra_db): CPU and target lines, inside the window."""
+    base, _ = server
+    browser.open(base + "/-/op/exp", width)
+    charts = browser.evaluate("""JSON.stringify([...document.querySelectorAll('svg.mp-chart')].map(svg => {
+        const r = svg.getBoundingClientRect();
+        return {left: r.left, right: r.right, height: r.height,
+                lines: [...svg.querySelectorAll('polyline.mp-series')].map(p => p.points.length)};
+    }))""")
+    assert charts
+    for chart in charts:
+        assert len(chart["lines"]) == 2 and min(chart["lines"]) >= 2, chart   # CPU and target, a point per rung
+        assert chart["left"] >= 0 and chart["right"] <= width + 1 and chart["height"] > 80, chart
+
+
+def test_screenshots_of_the_grid_and_an_op_page(server, browser, tmp_path):
+    """The way benchmarks/site_screenshots.py takes the README's: a window, and a whole page."""
+    base, _ = server
+    out = str(tmp_path)
     for page, path in (("grid", "/-/grid"), ("op", "/-/op/histc")):
         for width, label in ((1400, "desktop"), (390, "phone")):
             browser.open(base + path, width)
             shot = os.path.join(out, f"{page}-{label}.png")
-            browser.screenshot(shot)
+            browser.screenshot(shot, full_page=2600 if page == "op" else 0)
             with open(shot, "rb") as f:
-                assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+                head = f.read(24)
+            assert head[:8] == b"\x89PNG\r\n\x1a\n"
+            assert int.from_bytes(head[16:20], "big") == width              # PNG width
+            assert int.from_bytes(head[20:24], "big") >= 900                # the page's height

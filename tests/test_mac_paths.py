@@ -164,7 +164,7 @@ def test_virtual_machine_runs_are_kept_apart_from_bare_metal(tmp_path, cpu_db):
     firsts = {(r["machine_kind"], r["dtype"]): r["latest_status"] for r in history.firsts(conn, "add")}
     assert firsts[(runs.BARE_METAL, "float32")] != CRASH and firsts[(runs.VIRTUAL_MACHINE, "float32")] == CRASH
     devices = {n["device"] for n in history.notes(conn, "add")}
-    assert devices == {"cpu", "cpu (virtual machine)"}
+    assert devices == {"cpu", "cpu · virtual machine"}  # the grid's group words
     # A Linux VM's passed-through GPU is the hardware itself: not a virtual machine's result.
     assert runs.machine_kind({"virtualized": 1, "os_name": "Ubuntu"}) == runs.BARE_METAL
     conn.close()

@@ -164,7 +164,7 @@ def test_op_page_says_since_when_an_op_works(ds, site_db, db_cells, fake_runs):
         before = db_cells(site_db, old["id"])[("exp", dtype)]
         after = db_cells(site_db, new["id"])[("exp", dtype)]
         page = html.unescape(get(ds, "/-/op/exp").text)
-        line = re.search(rf"<strong>{dtype}</strong> on fake-mps: ([^<]*)</li>", page).group(1)
+        line = re.search(rf"<strong>{dtype}</strong> on fake-mps — ([^<]*)</li>", page).group(1)
         if before not in WORKING and after in WORKING:
             assert line == f"works since torch {new['torch_version']}"
         elif after not in WORKING:
@@ -622,6 +622,27 @@ def test_grid_has_a_column_per_torch_version_and_a_row_per_op(ds, site_db, rows)
             assert cell["k"] == sum(s in WORKING for s in statuses)
 
 
+def test_grid_counts_only_ops_it_has_rows_for(site_db, tmp_path, rows):
+    """A model replay's aten ops (`check --run`) have no grid column: no row, and not counted."""
+    path = tmp_path / "replay.db"
+    shutil.copy(site_db, path)
+    conn = sqlite3.connect(path)
+    with conn:
+        conn.execute("INSERT INTO runs (id, run_key, state, started, torch_version, device, source, options) "
+                     "VALUES ('replay', 'replay', 'complete', '2030-01-01', '9.9.0', 'fake-mps', 'model', '{}')")
+        conn.execute("INSERT INTO ops (id, name) VALUES ('aten::relu', 'aten::relu')")
+        conn.execute("INSERT INTO cases (id, op_id, dtype, sample_index) VALUES ('r|float32|0', 'aten::relu', 'float32', 0)")
+        conn.execute("INSERT INTO results (run_id, case_id, op_id, dtype, status, pass) "
+                     "VALUES ('replay', 'r|float32|0', 'aten::relu', 'float32', 'pass', 'forward')")
+    conn.close()
+    ds = make_datasette(str(path))
+    asyncio.run(ds.invoke_startup())
+    data = get(ds, "/-/grid.json").json()
+    assert "aten::relu" not in {r["op_id"] for r in data["rows"]}
+    assert data["total"] == len(data["rows"]) == len(
+        {r["op_id"] for r in rows(site_db, "SELECT DISTINCT op_id FROM results")})
+
+
 def test_grid_filters_and_links(ds, site_db):
     page = get(ds, "/-/grid?op=hist").text
     ops = set(re.findall(r'<th class="mp-op"><a href="/-/op/([^"]+)">', page))
@@ -671,3 +692,31 @@ def test_suggestions_are_sourced_and_fit_the_failure():
     assert suggestions.for_case("x", PASS, None, "float32") == []
     for s in (suggestions.CAST_FLOAT32, suggestions.FALLBACK_SWITCH, suggestions.ON_CPU):
         assert s.source.startswith("https://")
+
+
+def test_history_rows_say_what_ran_each_run_in_the_grids_words(site_db, tmp_path, rows):
+    """A history row names the device and what it is, and says so where a run was
+    virtualised or had the CPU fallback switched on; the summary and the grid use
+    the same words for a virtual machine."""
+    path = tmp_path / "labels.db"
+    shutil.copy(site_db, path)
+    old = rows(site_db, "SELECT id FROM runs WHERE device = 'fake-mps' ORDER BY torch_version_key LIMIT 1")[0]["id"]
+    conn = sqlite3.connect(path)
+    with conn:
+        conn.execute("UPDATE runs SET virtualized = 1, device_env = ? WHERE id = ?",
+                     [json.dumps({"PYTORCH_ENABLE_MPS_FALLBACK": "1"}), old])
+    conn.close()
+    ds = make_datasette(str(path))
+    asyncio.run(ds.invoke_startup())
+    labels = {h["run"]: h["label"] for h in get(ds, "/-/op/add.json").json()["history"][FORWARD]}
+    assert old in labels and len(labels) > 1
+    for run in rows(str(path), "SELECT * FROM runs"):
+        if run["id"] not in labels:
+            continue
+        label = labels[run["id"]]
+        assert f"torch {run['torch_version']}" in label and f"{run['device']}: {run['device_name']}" in label
+        assert ("virtual machine" in label) == (run["id"] == old)
+        assert ("CPU fallback on" in label) == (run["id"] == old)
+    page, grid = html.unescape(get(ds, "/-/op/add").text), html.unescape(get(ds, "/-/grid").text)
+    assert "on fake-mps · virtual machine —" in page
+    assert "fake-mps · macOS 14 · virtual machine" in grid

@@ -187,6 +187,12 @@ def test_svg_chart_draws_log_axes_two_lines_and_the_crossover():
     assert chart([("CPU", "#000", [(100, None)])], x_label="x", y_label="y") == ""
 
 
+def test_chart_ticks_read_as_plain_numbers_between_a_hundredth_and_ten_thousand():
+    from mpsprobe.site.charts import _label
+    assert [_label(v) for v in (0.05, 2.5, 8, 2540.3, 6630, 1e5, 1e8)] == \
+        ["0.05", "2.5", "8", "2540", "6630", "1e5", "1e8"]
+
+
 def _get(path, *pages):
     ds = make_datasette(path)
 
@@ -209,6 +215,16 @@ def test_site_op_page_speed_page_and_slowest_query(bench_db):
     assert "convnet inference, float32" in speed_page.text and speed_page.text.count("<svg") == 1
     assert claims.status_code == 200 and "BatchNorm3d" in claims.text and "to be measured" in claims.text
     assert slowest.status_code == 200 and "Op ladders (mpsprobe bench)" in slowest.text
+
+
+def test_speed_and_claims_pages_have_json(bench_db, rows):
+    path, _, _ = bench_db
+    speed, claims = (r.json() for r in _get(path, "/-/speed.json", "/-/claims.json"))
+    shown = {(c["op"], c["dtype"], c["pass_name"]) for run in speed["crossovers"] for c in run["rows"]}
+    assert shown == {(r["op"], r["dtype"], r["pass_name"])
+                     for r in rows(path, "SELECT op, dtype, pass_name FROM speed_crossovers")}
+    assert [m["model"] for m in speed["models"]] == ["convnet"] and speed["models"][0]["rows"]
+    assert [c["claim"] for c in claims["claims"]] == [c["claim"] for c in CLAIMS]
 
 
 def test_readme_claims_table_names_every_claim_command():

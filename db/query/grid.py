@@ -66,10 +66,14 @@ def columns(conn):
 
 
 def op_ids(conn, op_like=""):
-    """Op ids with a result or a declaration (LIKE `op_like`), through the indexes."""
+    """Op ids with a result in a sweep or a declaration (LIKE `op_like`), through the
+    indexes. A model replay's aten ops (`check --run`) have no column, so no row."""
+    sweeps_only = ("AND coalesce(runs.source, 'opinfo') = 'opinfo'"
+                   if "source" in {r[1] for r in conn.execute("PRAGMA table_info(runs)")} else "")
     found = {r[0] for r in conn.execute(
         "SELECT id FROM ops WHERE (? = '' OR id LIKE ?) "
-        "AND EXISTS (SELECT 1 FROM results WHERE results.op_id = ops.id)", [op_like, op_like])}
+        "AND EXISTS (SELECT 1 FROM results JOIN runs ON runs.id = results.run_id "
+        f"WHERE results.op_id = ops.id {sweeps_only})", [op_like, op_like])}
     if "declared" in present(conn):
         found |= {r[0] for r in conn.execute(
             "SELECT DISTINCT op_id FROM declared WHERE (? = '' OR op_id LIKE ?)", [op_like, op_like])}

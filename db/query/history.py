@@ -58,7 +58,8 @@ def notes(conn, op_id, os_word="OS", pass_=FORWARD):
     'fallback on macOS < 15', from the op_firsts view."""
     by_pair = {}
     for row in firsts(conn, op_id, pass_):  # a virtual machine's history is told apart
-        device = row["device"] if row["machine_kind"] != VIRTUAL_MACHINE else f"{row['device']} ({VIRTUAL_MACHINE})"
+        # In the grid's words: its column groups read "mps · macOS 15 · virtual machine".
+        device = row["device"] if row["machine_kind"] != VIRTUAL_MACHINE else f"{row['device']} · {VIRTUAL_MACHINE}"
         by_pair.setdefault((device, row["dtype"]), []).append(row)
     found = []
     for (device, dtype), groups in sorted(by_pair.items()):

@@ -66,8 +66,10 @@ def op_page(conn, op_id):
     declared = declared_q.for_op(conn, op_id)
     if not op and not any(by_pass.values()) and not declared:
         return None
+    # History columns are the dtypes measured: declared-only dtypes (bool, uint8, …) would
+    # push the measured ones off-screen; they have the declared table of their own.
     dtypes = order_dtypes({d for cs in by_pass.values() for c in cs for d in c["cells"]}
-                          | {d["dtype"] for d in declared})
+                          or {d["dtype"] for d in declared})
     forward = next(iter(by_pass.values()), [])
     return {"op": op, "history": by_pass, "declared": declared, "dtypes": dtypes,
             "releases": releases(conn, op_id, forward, declared),

@@ -164,7 +164,8 @@ def op_pattern(text):
 def matrix_row(op_id, href, cells):
     """One matrix row as HTML. Built here, not in Jinja: async Jinja costs ~40 µs a
     cell, which on a full sweep (9,000 cells) is most of the page's time. A cell
-    shows its status's symbol (the word is in the title and the legend)."""
+    shows its status's symbol (the word is in the title and the legend). `cells`:
+    (status, link already escaped for an attribute, title) or None."""
     esc = html.escape
     parts = [f'<tr><th class="mp-op"><a href="{esc(href)}">{esc(op_id)}</a></th>']
     for cell in cells:
@@ -172,7 +173,7 @@ def matrix_row(op_id, href, cells):
             parts.append('<td class="mp-none"></td>')
         else:
             status, link, title = cell
-            parts.append(f'<td class="{status_class(status)}"><a href="{esc(link)}" '
+            parts.append(f'<td class="{status_class(status)}"><a href="{link}" '
                          f'title="{esc(title)}">{status_symbol(status)}</a></td>')
     parts.append("</tr>")
     return "".join(parts)
@@ -233,14 +234,17 @@ async def matrix_page(datasette, request):
     elif declared:
         prefix = url(datasette, f"/{db.name}/declared", torch_version=declared["torch_version"],
                      device=declared["device"]) + "&op_id="
-    quote = urllib.parse.quote
+    # Escaped once: what quote() adds (%XX, letters, digits, _.-~) needs no escaping.
+    quote, prefix = urllib.parse.quote, html.escape(prefix) if (run or declared) else ""
+    quoted_dtypes = {d: quote(d, safe="") for d in dtypes}
+    counted = [("n_" + s, s) for s in STATUSES]
     table, data = [], []
     for op_id in sorted(cells):
         by_dtype = cells[op_id]
         if wanted and not any(c["status"] in wanted for c in by_dtype.values()):
             continue
         row_cells = []
-        op_prefix = prefix + quote(op_id, safe="") + "&dtype="
+        op_prefix = prefix + quote(op_id, safe="") + "&amp;dtype="
         for dtype in dtypes:
             cell = by_dtype.get(dtype)
             if cell is None:
@@ -249,11 +253,11 @@ async def matrix_page(datasette, request):
             status = cell["status"]
             totals[status] = totals.get(status, 0) + 1
             if run:
-                tally = ", ".join(f"{cell['n_' + s]} {s}" for s in STATUSES if cell["n_" + s])
+                tally = ", ".join(f"{cell[n]} {s}" for n, s in counted if cell[n])
                 title = f"{dtype}: {status} ({tally})"
             else:
                 title = f"{dtype}: declared {status} ({cell['source'] or ''})"
-            row_cells.append((status, op_prefix + quote(dtype), title))
+            row_cells.append((status, op_prefix + quoted_dtypes[dtype], title))
         table.append(matrix_row(op_id, op_url(datasette, op_id), row_cells))
         data.append({"op_id": op_id, "cells": {d: by_dtype[d]["status"] for d in dtypes
                                                if d in by_dtype}})

@@ -79,7 +79,7 @@ async def op_section(datasette, db, op_id):
 
 SECTION = """{% for c in charts %}<div class="mp-speed">
 <h3>{{ c.title }} <small>{{ c.where }}</small></h3>
-<p>{{ c.crossover }}{% if c.cpu_threads %} · CPU: {{ c.cpu_threads }} threads{% endif %}</p>
+<p>{{ c.crossover }}{% if c.cpu_threads %} · CPU: {{ c.cpu_threads }} thread{{ 's' if c.cpu_threads != 1 }}{% endif %}</p>
 {{ c.svg|safe }}
 <details><summary>numbers</summary><table class="mp-plain"><thead><tr>{% if c.by %}<th>rung</th><th>{{ c.by }}</th><th>CPU ms</th><th>target ms</th><th>speedup</th><th>GB/s</th><th>GFLOP/s</th><th>note</th>{% else %}<th>batch</th><th>CPU ms</th><th>target ms</th><th>speedup</th><th>CPU samples/s</th><th>target samples/s</th><th>note</th>{% endif %}</tr></thead><tbody>
 {% for r in c.rows %}<tr>{% if c.by %}<td>{{ r.rung }}</td><td>{{ r[c.by] }}</td>{% else %}<td>{{ r.batch }}</td>{% endif %}<td>{{ fmt(r.cpu_ms) }}</td><td>{{ fmt(r.target_ms) }}</td><td>{{ fmt(r.speedup) }}</td>{% if c.by %}<td>{{ fmt(r.gbps) }}</td><td>{{ fmt(r.gflops) }}</td>{% else %}<td>{{ fmt(r.cpu_per_s) }}</td><td>{{ fmt(r.target_per_s) }}</td>{% endif %}<td>{{ r.note or '' }}</td></tr>
@@ -115,13 +115,19 @@ Replace DEVICE with mps (a Mac) or cuda; the same command measures either.</p>
 {% endblock %}"""
 
 
+def threads(n):
+    return "? threads" if not n else f"{n} thread{'s' if n != 1 else ''}"
+
+
 def fmt(value):
     if value is None:
         return "—"
     return f"{value:.3g}" if isinstance(value, float) else str(value)
 
 
-async def _render(datasette, request, template, context):
+async def _render(datasette, request, template, context, data=None):
+    if data is not None and request.path.endswith(".json"):   # every page has its JSON
+        return Response.json(data, default=str)
     body = await datasette.render_template(datasette.jinja_env.from_string(template),
                                            dict(context, fmt=fmt), request=request)
     return Response.html(body)
@@ -129,12 +135,15 @@ async def _render(datasette, request, template, context):
 
 async def speed_page(datasette, request):
     db = get_database(datasette)
-    crossovers = [{"where": _where(group[0]) + f" · CPU {group[0].get('cpu_threads') or '?'} threads",
+    crossovers = [{"where": _where(group[0]) + " · CPU " + threads(group[0].get('cpu_threads')),
                    "rows": [dict(c, text=crossover_text(c)) for c in group]}
                   for group in _groups(await ask(db, speed_q.crossovers), ("run_id",))]
+    models = model_charts(await ask(db, speed_q.model_sweeps))
     return await _render(datasette, request, SPEED_PAGE, {
-        "crossovers": crossovers, "models": model_charts(await ask(db, speed_q.model_sweeps)),
-        "op_base": datasette.urls.path("/-/op/"), "claims_url": datasette.urls.path("/-/claims")})
+        "crossovers": crossovers, "models": models,
+        "op_base": datasette.urls.path("/-/op/"), "claims_url": datasette.urls.path("/-/claims")},
+        data={"crossovers": crossovers,
+              "models": [{k: v for k, v in m.items() if k != "svg"} for m in models]})
 
 
 def claim_findings(claim, models, crossovers):
@@ -152,9 +161,9 @@ async def claims_page(datasette, request):
     models = model_charts(await ask(db, speed_q.model_sweeps))
     crossovers = await ask(db, speed_q.crossovers)
     claims = [dict(c, found=claim_findings(c, models, crossovers)) for c in CLAIMS]
-    return await _render(datasette, request, CLAIMS_PAGE, {"claims": claims})
+    return await _render(datasette, request, CLAIMS_PAGE, {"claims": claims}, data={"claims": claims})
 
 
 @hookimpl
 def register_routes():
-    return [(r"^/-/speed$", speed_page), (r"^/-/claims$", claims_page)]
+    return [(r"^/-/speed(\.json)?$", speed_page), (r"^/-/claims(\.json)?$", claims_page)]
