@@ -1,6 +1,8 @@
 """The Mac-only code paths, through their seams (no Mac here): what a Mac says, read right."""
 import json
 import os
+import shutil
+import sqlite3
 import time
 
 import pytest
@@ -136,8 +138,6 @@ def test_a_crash_keeps_the_cause_its_stderr_names():
 
 
 def test_virtual_machine_runs_are_kept_apart_from_bare_metal(tmp_path, cpu_db):
-    import shutil
-    import sqlite3
     from mpsprobe.db.query import history, runs
     from mpsprobe.vocabulary import CRASH
     path = tmp_path / "vm.db"
@@ -168,3 +168,27 @@ def test_virtual_machine_runs_are_kept_apart_from_bare_metal(tmp_path, cpu_db):
     # A Linux VM's passed-through GPU is the hardware itself: not a virtual machine's result.
     assert runs.machine_kind({"virtualized": 1, "os_name": "Ubuntu"}) == runs.BARE_METAL
     conn.close()
+
+
+def test_an_os_split_names_only_the_os_versions_measured(cpu_db, tmp_path):
+    from mpsprobe.db.query import history
+    from mpsprobe.vocabulary import UNSUPPORTED
+    path = tmp_path / "split.db"
+    shutil.copy(cpu_db, path)
+    conn = sqlite3.connect(path)
+    old = conn.execute("SELECT id FROM runs").fetchone()[0]
+    columns = [r[1] for r in conn.execute("PRAGMA table_info(runs)")]
+    conn.execute(f"INSERT INTO runs SELECT {', '.join('id || ' + repr('-15') if c == 'id' else c for c in columns)}"
+                 " FROM runs")
+    conn.execute("UPDATE runs SET os_name = 'macOS', os_version = '13.6', virtualized = 0")
+    conn.execute("UPDATE runs SET os_version = '15.1' WHERE id = ?", [old + "-15"])
+    result_columns = [r[1] for r in conn.execute("PRAGMA table_info(results)")]
+    conn.execute(f"INSERT INTO results ({', '.join(result_columns)}) SELECT "
+                 + ", ".join("run_id || '-15'" if c == "run_id" else c for c in result_columns)
+                 + " FROM results WHERE run_id = ?", [old])
+    conn.execute("UPDATE results SET status = ? WHERE run_id = ? AND op_id = 'add'", [UNSUPPORTED, old])
+    conn.commit()
+    texts = [n["text"] for n in history.notes(conn, "add")]
+    conn.close()
+    # macOS 14 was never measured: the note must not say "< 15".
+    assert texts and all("unsupported on macOS 13, works on macOS 15" in t and "<" not in t for t in texts)

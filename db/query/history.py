@@ -55,7 +55,7 @@ def _note(group):
 
 def notes(conn, op_id, os_word="OS", pass_=FORWARD):
     """MDN-style one-liners per (device, dtype): 'works since torch 2.3',
-    'fallback on macOS < 15', from the op_firsts view."""
+    'fallback on macOS 13, works on macOS 15', from the op_firsts view."""
     by_pair = {}
     for row in firsts(conn, op_id, pass_):  # a virtual machine's history is told apart
         # In the grid's words: its column groups read "mps · macOS 15 · virtual machine".
@@ -71,9 +71,13 @@ def notes(conn, op_id, os_word="OS", pass_=FORWARD):
         same = [g for g in groups if g["latest_torch"] == newest["latest_torch"]]
         flags = [g["latest_status"] in WORKING for g in same]
         if any(flags) and not all(flags) and all(flags[flags.index(True):]):
+            # Only the OS versions measured: "< 15" would claim 14, which no run saw.
             first_ok = same[flags.index(True)]
-            bad = sorted({g["latest_status"] for g in same[:flags.index(True)]})
-            text += f"; {'/'.join(bad)} on {first_ok['os_name'] or os_word} < {first_ok['os_major']}"
+            failing = same[:flags.index(True)]
+            bad = sorted({g["latest_status"] for g in failing})
+            os_name = first_ok["os_name"] or os_word
+            majors = ", ".join(str(g["os_major"]) for g in failing)
+            text += f"; {'/'.join(bad)} on {os_name} {majors}, works on {os_name} {first_ok['os_major']}"
         found.append({"device": device, "dtype": dtype, "text": text, "ok": ok})
     return found
 
