@@ -198,8 +198,9 @@ def test_a_held_lock_is_waited_out_with_a_message(tmp_path, small_store, monkeyp
     holder = threading.Thread(target=_hold_lock, args=(str(path), 2.0, started))
     holder.start()
     started.wait()
+    writer.record({"op": "x", "dtype": "f"}, 0, "s", {"status": "pass"})   # held until the pair ends
     with pytest.raises(schema.DatabaseError, match="stayed locked"):
-        writer.record({"op": "x", "dtype": "f"}, 0, "s", {"status": "pass"})
+        writer.pair_done({"op": "x", "dtype": "f"}, 1)
     holder.join()
     schema.close(db)
 

@@ -175,6 +175,7 @@ class Pool:
         self.selector = selectors.DefaultSelector()
         self.workers = []
         self.hangs = 0         # hung cases killed so far: the device may still be busy with them
+        self._should_stop = lambda: False
 
     # -- lifecycle ---------------------------------------------------------
     def _spawn(self):
@@ -185,6 +186,12 @@ class Pool:
         self.selector.register(worker.proc.stdout, selectors.EVENT_READ, worker)
         self.workers.append(worker)
         return worker
+
+    def start(self):
+        """Start every worker the pool will have, without waiting for any: each
+        imports torch on its own, and requests wait in its pipe until it is ready."""
+        while len(self.workers) < self.size:
+            self._spawn()
 
     def _retire_dead(self, worker):
         """A worker gone between pairs: nothing is lost; say so, and why."""
@@ -244,6 +251,7 @@ class Pool:
     def run(self, pairs, on_case, on_pair, should_stop=lambda: False):
         """Run every pair ({"op", "dtype", "done": [indices recorded]}) to completion."""
         queue = collections.deque(dict(p, done=list(p.get("done", ())), attempts=0) for p in pairs)
+        self._should_stop = should_stop
         while queue or any(w.task for w in self.workers):
             if should_stop():
                 return
@@ -260,7 +268,7 @@ class Pool:
                     self._lost(worker, queue, on_case, on_pair, timed_out=False)
                     continue
                 for message in worker.messages(data):
-                    self._handle(worker, message, on_case, on_pair)
+                    self._handle(worker, message, on_case, on_pair, queue)
             now = time.monotonic()
             for worker in [w for w in self.workers if w.task and w.deadline < now]:
                 self._lost(worker, queue, on_case, on_pair, timed_out=True)
@@ -300,7 +308,9 @@ class Pool:
             queue.appendleft(pair)
             self._retire_dead(worker)
 
-    def _handle(self, worker, message, on_case, on_pair):
+    def _handle(self, worker, message, on_case, on_pair, queue=None):
+        """One message of `worker`'s. At a pair's end the worker gets its next pair
+        (from `queue`) before the finished one is recorded: it need not wait for that."""
         kind = message.pop("type")
         pair = worker.task
         worker.deadline = time.monotonic() + self.timeout
@@ -313,8 +323,10 @@ class Pool:
             on_case(pair, index, worker.sample, message)
             worker.index = worker.sample = None
         elif kind == "pair_done":
-            on_pair(pair, message["n_cases"])
             worker.task = None
+            if queue and not self._should_stop():
+                self._assign(worker, queue.popleft(), queue)
+            on_pair(pair, message["n_cases"])
         elif kind == "fatal":  # the worker could not run this pair at all
             index = _next_index(pair)
             on_case(pair, index, "(not run)", {

@@ -83,7 +83,8 @@ class Sweep:
                        "samples": options.samples, "timing": options.timing,
                        "strict_precision": options.strict_precision,
                        "passes": list(options.passes),
-                       "threads": max(1, (os.cpu_count() or 1) // size)}
+                       "threads": max(1, (os.cpu_count() or 1) // size),
+                       "catalogue": True}   # workers load the OpInfo database as they start
         self.pool = Pool(self.config, size=size, timeout=options.timeout,
                          python=options.python, env=worker_env(options))
         self.env = self.pairs = self.writer = None
@@ -116,6 +117,9 @@ class Sweep:
         schema.inspect(options.db_path, migratable=True)
         try:
             self.env = self.pool.request({"cmd": "describe"})["env"]
+            self._fit_pool_to_device()
+            # The rest start now, importing torch and the catalogue while the first plans.
+            self.pool.start()
             plan = self.pool.request({"cmd": "plan", "ops": options.ops, "dtypes": options.dtypes})
         except WorkerError as e:
             self.pool.close()
@@ -163,7 +167,6 @@ class Sweep:
         """Run `todo` to the end (or until should_stop()); returns (state, total, counts)."""
         started = time.monotonic()
         state = "interrupted"
-        self._fit_pool_to_device()
 
         def case(pair, index, sample, result):
             self.writer.record(pair, index, sample, result)
