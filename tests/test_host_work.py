@@ -92,3 +92,18 @@ def test_the_running_test_is_found_as_pytorch_finds_it():
     case = _Finder("test_something")
     assert case.test_something() is _Finder.test_something
     assert opinfo._test_fn_on_stack() is None and extract_test_fn() is None
+
+
+def test_between_pairs_a_small_device_cache_is_kept_a_large_one_given_back(monkeypatch):
+    from mpsprobe.engine.devices import Target
+    emptied, driver = [], [5000]
+    monkeypatch.setattr(torch.mps, "current_allocated_memory", lambda: 1000)
+    monkeypatch.setattr(torch.mps, "driver_allocated_memory", lambda: driver[0])
+    monkeypatch.setattr(torch.mps, "empty_cache", lambda: emptied.append(True))
+    target = Target.__new__(Target)
+    target.torch_device = torch.device("mps")
+    target.trim_cache()
+    assert emptied == []                                  # 4 kB cached: kept, no device sync
+    driver[0] = 1000 + Target.CACHE_KEPT_BYTES + 1
+    target.trim_cache()
+    assert emptied == [True]

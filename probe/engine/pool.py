@@ -56,6 +56,7 @@ class _Worker:
         self.token = secrets.token_hex(16)
         self.buffer = b""
         self.task = None       # the pair being run
+        self.ahead = None      # the pair it runs next, already sent (waiting in its stdin)
         self.index = None      # the case in flight (after "begin", before "result")
         self.pass_ = FORWARD   # and its pass
         self.sample = None
@@ -258,6 +259,8 @@ class Pool:
             while queue and (len(self.workers) < self.size or any(w.task is None for w in self.workers)):
                 idle = next((w for w in self.workers if w.task is None), None) or self._spawn()
                 self._assign(idle, queue.popleft(), queue)
+            for worker in self.workers:
+                self._send_ahead(worker, queue)
             for key, _ in self.selector.select(timeout=0.2):
                 worker = key.data
                 try:
@@ -286,10 +289,27 @@ class Pool:
             for message in worker.messages(data):
                 self._handle(worker, message, on_case, on_pair)
 
-    def _assign(self, worker, pair, queue=None):
-        worker.task = pair
+    def _send_ahead(self, worker, queue):
+        """Send a busy worker its next pair now, so that it never waits for the parent
+        between pairs; not near the end of the queue (an idle worker may take it then)."""
+        if (worker.task is not None and worker.ahead is None and queue
+                and len(queue) >= len(self.workers) and not self._should_stop()):
+            self._assign(worker, queue.popleft(), queue, ahead=True)
+
+    def _next_task(self, worker):
+        """The pair just ended: the one sent ahead (if any) is the worker's task now."""
+        worker.task, worker.ahead = worker.ahead, None
         worker.index = worker.sample = None
-        worker.deadline = time.monotonic() + max(self.timeout, STARTUP_BUDGET_S)
+        if worker.task is not None:
+            worker.deadline = time.monotonic() + max(self.timeout, STARTUP_BUDGET_S)
+
+    def _assign(self, worker, pair, queue=None, ahead=False):
+        if ahead:
+            worker.ahead = pair
+        else:
+            worker.task = pair
+            worker.index = worker.sample = None
+            worker.deadline = time.monotonic() + max(self.timeout, STARTUP_BUDGET_S)
         message = {"cmd": pair.get("cmd", "pair"), "op": pair["op"], "dtype": pair["dtype"],
                    "done": pair["done"]}
         if "passes" in self.config:
@@ -302,6 +322,10 @@ class Pool:
         try:
             worker.send(message)
         except OSError:  # gone before its next request (killed while idle, stdin closed)
+            if ahead:   # busy with another pair: its loss is noticed as any death is
+                worker.ahead = None
+                queue.appendleft(pair)
+                return
             worker.task = None
             if queue is None:
                 raise
@@ -323,9 +347,11 @@ class Pool:
             on_case(pair, index, worker.sample, message)
             worker.index = worker.sample = None
         elif kind == "pair_done":
-            worker.task = None
-            if queue and not self._should_stop():
+            self._next_task(worker)
+            if queue and worker.task is None and not self._should_stop():
                 self._assign(worker, queue.popleft(), queue)
+            if queue:
+                self._send_ahead(worker, queue)
             on_pair(pair, message["n_cases"])
         elif kind == "fatal":  # the worker could not run this pair at all
             index = _next_index(pair)
@@ -334,10 +360,13 @@ class Pool:
                 "reason": "mpsprobe could not run this pair",
                 "error_type": message.get("error_type"), "message": message["message"]})
             on_pair(pair, index + 1)
-            worker.task = None
+            self._next_task(worker)
 
     def _lost(self, worker, queue, on_case, on_pair, timed_out):
         """A worker died or overran: charge the case in flight, requeue the rest."""
+        if worker.ahead is not None:   # sent ahead, not begun: another worker runs it
+            queue.appendleft(worker.ahead)
+            worker.ahead = None
         pair, index, sample, pass_ = worker.task, worker.index, worker.sample, worker.pass_
         if pair is None:
             self._retire_dead(worker)

@@ -86,9 +86,9 @@ class Worker:
         return opinfo.load_op_db()
 
     def start_pair(self, request):
-        """Each pair starts from an empty device cache (no pair pays for another's memory)
+        """Each pair starts from a small device cache (no pair pays for another's memory)
         and, after a killed hang, a device check: the notes for its results, or None."""
-        self.target.empty_cache()
+        self.target.trim_cache()
         return self.health_check() if request.get("health_check") else None
 
     def health_check(self):
