@@ -90,6 +90,12 @@ class Sweep:
         self.env = self.pairs = self.writer = None
         self.resumed = False
 
+    def _size_is_known(self):
+        """Whether the pool's size is settled before the device is described: --workers
+        given, or a device named that is not MPS (where the default is one worker)."""
+        device = str(self.options.device or "auto").split(":")[0]
+        return bool(self.options.workers) or (not self.options.backend and device not in ("auto", "mps"))
+
     def _fit_pool_to_device(self):
         """Once the device is known: one worker on MPS unless --workers says otherwise."""
         if self.options.workers or not self.env:
@@ -116,9 +122,10 @@ class Sweep:
         _check_writable(options.db_path)
         schema.inspect(options.db_path, migratable=True)
         try:
+            if self._size_is_known():
+                self.pool.start()   # all at once: each imports torch and the catalogue meanwhile
             self.env = self.pool.request({"cmd": "describe"})["env"]
             self._fit_pool_to_device()
-            # The rest start now, importing torch and the catalogue while the first plans.
             self.pool.start()
             plan = self.pool.request({"cmd": "plan", "ops": options.ops, "dtypes": options.dtypes})
         except WorkerError as e:
