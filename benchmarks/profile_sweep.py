@@ -32,7 +32,10 @@ import _common  # noqa: E402
 # from that caller only)
 WORKER_PARTS = [
     ("waiting for the next request", ("worker.py", "readline")),
-    ("replying (JSON lines to the parent)", [("worker.py", "hold"), ("worker.py", "flush")]),
+    ("planning (the first worker)", ("worker.py", "plan")),
+    ("all of its pairs", ("worker.py", "pair")),
+    ("replying (JSON lines to the parent)", [("worker.py", "hold"), ("worker.py", "flush"),
+                                             ("worker.py", "send")]),
     ("finding the op in the catalogue", ("opinfo.py", "find")),
     ("generating samples", ("opinfo.py", "samples")),
     ("running cases (all of run_case)", ("execute.py", "run_case")),
