@@ -1,9 +1,9 @@
-"""The one writer: runs, ops, cases and results, committed as they arrive; and
-what PyTorch declares, one reading at a time.
+"""The one writer: runs, ops, cases and results, a pair's results committed
+together; and what PyTorch declares, one reading at a time.
 
 Every transaction is opened and closed here: claiming a run (choosing which
 run to start or resume and marking it running, under SQLite's write lock),
-recording a case, finishing a run, replacing a declared reading.
+recording a pair's cases, finishing a run, replacing a declared reading.
 """
 import datetime
 import json

@@ -3,7 +3,9 @@
 A pair (op, dtype) is the unit handed to a worker; the worker announces each
 case before running it, so when a worker dies or overruns, the case in flight
 is recorded as `crash` or `timeout`, the worker is replaced, and the rest of
-the pair is handed out again. No case can cost more than itself.
+the pair is handed out again. No case can cost more than itself. A busy worker
+is also sent its next pair ahead, so it never waits for the parent between
+pairs; a pair sent ahead and not begun goes back to the queue if the worker dies.
 
 A worker's death is noticed by its exit (polled), not only by the end of its
 reply pipe (a child an op forked may hold that open), and is recorded as the

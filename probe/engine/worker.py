@@ -8,6 +8,10 @@ worker's own process group, killed when the case ends (groups.py), and each
 reply line carries the token the parent sent as the first line of stdin, so
 that nothing an op writes into the reply pipe is taken for a result.
 
+A result is written with the worker's next message (the next case's "begin"
+or the pair's end): one write per case. Nothing held is left unsent before
+anything that can fail runs.
+
 Requests (stdin, one JSON object a line):
   {"cmd": "describe"}                      -> {"type": "describe", "env": {...}}
   {"cmd": "plan", "ops": [...], "dtypes": [...]} -> {"type": "plan", "pairs": [...]}
