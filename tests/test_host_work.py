@@ -3,6 +3,7 @@ workers started together and fed at once, sample generation's light bookkeeping.
 import io
 import unittest
 
+import pytest
 import torch
 
 from mpsprobe.engine.pool import Pool
@@ -107,3 +108,17 @@ def test_between_pairs_a_small_device_cache_is_kept_a_large_one_given_back(monke
     driver[0] = 1000 + Target.CACHE_KEPT_BYTES + 1
     target.trim_cache()
     assert emptied == [True]
+
+
+@pytest.mark.parametrize("device, workers, backend, known", [
+    ("cuda", 0, None, True), ("cpu", 0, None, True), ("cuda:1", 0, None, True),
+    ("auto", 0, None, False), ("mps", 0, None, False),        # MPS defaults to one worker
+    ("mps", 3, None, True), ("auto", 2, None, True),
+    ("cpu", 0, "tests/fake_mps.py", False)])                   # a backend names its device
+def test_workers_start_before_describe_only_when_their_number_is_settled(tmp_path, device, workers,
+                                                                        backend, known):
+    from mpsprobe.engine.sweep import Sweep, SweepOptions
+    sweep = Sweep(SweepOptions(db_path=str(tmp_path / "x.db"), device=device, workers=workers,
+                               backend=backend))
+    assert sweep._size_is_known() is known
+    sweep.pool.close()
