@@ -103,11 +103,12 @@ class MemorySampler:
 
 
 def run_sweep(device="cpu", ops=(), dtypes=(), samples=3, timing=True, workers=1,
-              shard=None, timeout=60.0, db_path=None, pairs_filter=None):
+              shard=None, timeout=60.0, db_path=None, pairs_filter=None, passes="forward"):
     """One fresh sweep through mpsprobe's Python API; returns a dict of figures.
 
     `pairs_filter(pair) -> bool` narrows the planned pairs (the peer comparison
-    uses it to run exactly the (op, dtype) pairs another tool runs).
+    uses it to run exactly the (op, dtype) pairs another tool runs). `passes`:
+    forward only unless asked (the figures compare forward sweeps).
     """
     import mpsprobe
     own_dir = None
@@ -119,7 +120,7 @@ def run_sweep(device="cpu", ops=(), dtypes=(), samples=3, timing=True, workers=1
     with MemorySampler() as memory:
         run = mpsprobe.probe(list(ops), list(dtypes), device, samples, db_path, timing=timing,
                              workers=workers, shard=shard, timeout=timeout, fresh=True,
-                             select=pairs_filter,
+                             select=pairs_filter, passes=passes,
                              on_start=lambda run, todo: marks.setdefault("ready", time.perf_counter()))
     wall = time.perf_counter() - started
     return {"db": db_path, "state": run.state, "pairs": run.pairs, "cases": run.total,

@@ -11,12 +11,16 @@ one SQLite commit per result. Both are run without timing repetitions.
     python benchmarks/harness_overhead.py --device cuda --samples 3 --workers 1,16
 
 Prints the bare loop's time split (start-up, samples, op calls) and, per
-probe worker count, the probe's wall time and the ratio probe / bare.
-Goal: a ratio of at most 1.5 for a full sweep with one worker.
+probe worker count, the probe's wall time and the ratio probe / bare. The
+bare loop runs with the intra-op threads a probe worker has (cores / workers).
+--repeat N alternates bare loop and probe N times and prints the median ratio
+(and its range): on a shared machine, only ratios measured back to back mean
+anything. Goal: a ratio of at most 1.5 for a full sweep.
 """
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -32,6 +36,8 @@ def bare(args):
     import warnings
     warnings.simplefilter("ignore")  # deprecation chatter; the probe's workers log theirs
     import torch
+    if args.threads:
+        torch.set_num_threads(args.threads)   # as the probe's workers have them
     from mpsprobe.ops import opinfo, samples as sample_tools
     from mpsprobe.engine.plan import in_shard
     device = torch.device(args.device)
@@ -65,7 +71,7 @@ def bare(args):
                 failures += 1
         call_s += time.perf_counter() - t1
     wall = time.perf_counter() - started
-    print(json.dumps({"pairs": len(pairs), "cases": cases, "failures": failures, "wall_s": wall,
+    print(json.dumps({"threads": torch.get_num_threads(), "pairs": len(pairs), "cases": cases, "failures": failures, "wall_s": wall,
                       "startup_s": ready - started, "samples_s": sample_s, "calls_s": call_s}))
 
 
@@ -77,7 +83,9 @@ def main():
     parser.add_argument("--ops", default="")
     parser.add_argument("--dtypes", default="")
     parser.add_argument("--shard", default=None, help="I/N: only this slice of the pairs")
+    parser.add_argument("--repeat", type=int, default=1, help="rounds of bare loop and probe, alternated")
     parser.add_argument("--bare", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--threads", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.bare:
         return bare(args)
@@ -87,24 +95,51 @@ def main():
                "--samples", str(args.samples), "--ops", args.ops, "--dtypes", args.dtypes]
     if args.shard:
         command += ["--shard", args.shard]
-    b = json.loads(subprocess.run(command, stdout=subprocess.PIPE, text=True, check=True)
-                   .stdout.strip().splitlines()[-1])
-    print(f"bare loop ({args.device}, samples {args.samples}, shard {args.shard or 'all'}): "
-          f"{b['pairs']} pairs, {b['cases']} cases in {b['wall_s']:.1f} s = start-up "
-          f"{b['startup_s']:.1f} s + samples {b['samples_s']:.1f} s + op calls {b['calls_s']:.1f} s "
-          f"({b['failures']} raised)", flush=True)
-    print("| device | samples | shard | workers | cases | bare s | probe s | probe / bare "
-          "| probe after start-up / bare after start-up |\n|---|---|---|---|---|---|---|---|---|")
-    for workers in [int(w) for w in _common.split(args.workers)]:
-        p = _common.run_sweep(device=args.device, ops=_common.split(args.ops),
-                              dtypes=_common.split(args.dtypes), samples=args.samples,
-                              timing=False, workers=workers, shard=_common.parse_shard(args.shard))
-        os.remove(p["db"])
-        steady = (p["wall_s"] - p["startup_s"]) / max(1e-9, b["wall_s"] - b["startup_s"])
+    worker_counts = [int(w) for w in _common.split(args.workers)]
+    bares, probes = [], {w: [] for w in worker_counts}
+    # Bare and probe alternate, so both see the same spells of load from other work.
+    for round_ in range(args.repeat):
+        for workers in worker_counts:
+            b = _bare(command, workers)
+            bares.append(b)
+            print(f"round {round_ + 1}: bare loop ({args.device}, samples {args.samples}, shard "
+                  f"{args.shard or 'all'}, {b['threads']} threads): {b['pairs']} pairs, {b['cases']} "
+                  f"cases in {b['wall_s']:.1f} s = start-up {b['startup_s']:.1f} s + samples "
+                  f"{b['samples_s']:.1f} s + op calls {b['calls_s']:.1f} s ({b['failures']} raised); "
+                  f"load {os.getloadavg()[0]:.2f}", flush=True)
+            p = _common.run_sweep(device=args.device, ops=_common.split(args.ops),
+                                  dtypes=_common.split(args.dtypes), samples=args.samples,
+                                  timing=False, workers=workers, shard=_common.parse_shard(args.shard))
+            os.remove(p["db"])
+            probes[workers].append((b, p))
+            print(f"round {round_ + 1}: probe, {workers} worker(s): {p['cases']} cases in "
+                  f"{p['wall_s']:.1f} s (start-up {p['startup_s']:.1f} s); ratio "
+                  f"{p['wall_s'] / b['wall_s']:.2f}; load {os.getloadavg()[0]:.2f}", flush=True)
+    print("| device | samples | shard | workers | cases | rounds | bare s (start-up + samples + op calls) "
+          "| probe s (start-up) | probe / bare | after start-up |\n|---|---|---|---|---|---|---|---|---|---|")
+    for workers, pairs in probes.items():
+        ratios = [p["wall_s"] / b["wall_s"] for b, p in pairs]
+        steady = [(p["wall_s"] - p["startup_s"]) / max(1e-9, b["wall_s"] - b["startup_s"]) for b, p in pairs]
+        b = _median_run([b for b, _ in pairs])
+        p = _median_run([p for _, p in pairs])
         print(f"| {args.device} | {args.samples} | {args.shard or 'all'} | {workers} | {p['cases']} "
-              f"| {b['wall_s']:.1f} | {p['wall_s']:.1f} | {p['wall_s'] / b['wall_s']:.2f} "
-              f"| {steady:.2f} |", flush=True)
+              f"| {len(pairs)} | {b['wall_s']:.1f} ({b['startup_s']:.1f} + {b['samples_s']:.1f} + "
+              f"{b['calls_s']:.1f}) | {p['wall_s']:.1f} ({p['startup_s']:.1f}) "
+              f"| **{statistics.median(ratios):.2f}** ({min(ratios):.2f}–{max(ratios):.2f}) "
+              f"| {statistics.median(steady):.2f} |", flush=True)
 
+
+def _bare(command, workers):
+    """One bare loop, with the intra-op threads a probe worker of `workers` has."""
+    threads = max(1, (os.cpu_count() or 1) // workers)
+    out = subprocess.run(command + ["--threads", str(threads)], stdout=subprocess.PIPE, text=True,
+                         check=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def _median_run(runs):
+    """The run of median wall time."""
+    return sorted(runs, key=lambda r: r["wall_s"])[len(runs) // 2]
 
 if __name__ == "__main__":
     main()

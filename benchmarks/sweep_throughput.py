@@ -8,7 +8,8 @@ Markdown table row per combination.
     python benchmarks/sweep_throughput.py --device cuda --samples 3 --workers 16 --timing both
 
 --shard I/N measures a slice (for one worker, where a full sweep is long);
-cases per second carries over, wall time is for the slice only.
+cases per second carries over, wall time is for the slice only. Forward
+cases only unless --passes says otherwise (the default run probes every pass).
 """
 import argparse
 import json
@@ -29,7 +30,8 @@ def one(args):
     figures = _common.run_sweep(
         device=args.device, ops=_common.split(args.ops), dtypes=_common.split(args.dtypes),
         samples=args.samples, timing=args.timing == "on", workers=args.workers_one,
-        shard=_common.parse_shard(args.shard), timeout=args.timeout, db_path=args.keep_db)
+        shard=_common.parse_shard(args.shard), timeout=args.timeout, db_path=args.keep_db,
+        passes=args.passes)
     if not args.keep_db:
         os.remove(figures.pop("db"))
     print(json.dumps(figures))
@@ -51,6 +53,7 @@ def main():
     parser.add_argument("--ops", default="", help="op names or globs (default: all)")
     parser.add_argument("--dtypes", default="")
     parser.add_argument("--shard", default=None, help="I/N: only this slice of the pairs")
+    parser.add_argument("--passes", default="forward", help="passes to run (default: forward only)")
     parser.add_argument("--timeout", type=float, default=60.0)
     parser.add_argument("--keep-db", default=None, help="record into this DB and keep it")
     parser.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
@@ -67,7 +70,7 @@ def main():
             command = [sys.executable, os.path.abspath(__file__), "--one", "--device", args.device,
                        "--samples", str(args.samples), "--timing", timing,
                        "--workers-one", str(workers), "--ops", args.ops, "--dtypes", args.dtypes,
-                       "--timeout", str(args.timeout)]
+                       "--timeout", str(args.timeout), "--passes", args.passes]
             if args.keep_db:
                 root, ext = os.path.splitext(args.keep_db)
                 command += ["--keep-db", f"{root}-s{args.samples}-{timing}-w{workers}{ext or '.db'}"]

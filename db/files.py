@@ -22,7 +22,12 @@ SIDECARS = ("-wal", "-shm", "-journal")
 
 
 class DatabaseError(MpsprobeError):
-    """A database that cannot be used: not SQLite, not ours, too new, unwritable, damaged."""
+    """A database that cannot be used: not SQLite, not ours, too new, unwritable, damaged.
+
+    Always one line: SQLite quotes a damaged schema's text in its messages, newlines and all."""
+
+    def __init__(self, message=""):
+        super().__init__(" ".join(part.strip() for part in str(message).splitlines() if part.strip()))
 
 
 def uri(path, **params):

@@ -1,12 +1,13 @@
-"""The one writer: runs, ops, cases and results, committed as they arrive; and
-what PyTorch declares, one reading at a time.
+"""The one writer: runs, ops, cases and results, a pair's results committed
+together; and what PyTorch declares, one reading at a time.
 
 Every transaction is opened and closed here: claiming a run (choosing which
 run to start or resume and marking it running, under SQLite's write lock),
-recording a case, finishing a run, replacing a declared reading.
+recording a pair's cases, finishing a run, replacing a declared reading.
 """
 import datetime
 import json
+import time
 import uuid
 
 from mpsprobe.errors import MpsprobeError
@@ -52,7 +53,11 @@ def _insert(db, table, row):
 
 
 class RunWriter:
-    """Records one run. Every result is committed on arrival, so a killed run loses nothing."""
+    """Records one run. A pair's results are committed together, with the pair's
+    end (or sooner: after HOLD_ROWS results or HOLD_S seconds), so a killed run
+    loses at most the pairs in flight, which a resumed run repeats, never twice."""
+    HOLD_ROWS = 500
+    HOLD_S = 2.0
 
     def __init__(self, db, run):
         self.db = db
@@ -60,6 +65,8 @@ class RunWriter:
         self.run_id = run["id"]
         self._known_ops = {r["id"] for r in db.query("SELECT id FROM ops")}
         self._run_columns = set(db["runs"].columns_dict)
+        self._held = []          # results recorded, not yet committed
+        self._held_since = None
 
     @classmethod
     def claim(cls, db, run_key, env, options, version, pid, resume=False, fresh=False,
@@ -137,25 +144,48 @@ class RunWriter:
                    fallback_ops=json.dumps(result.get("fallback_ops") or []),
                    aten_ops=json.dumps(result["aten_ops"]) if result.get("aten_ops") is not None else None)
         row[PASS_COLUMN] = pass_
-        columns = [f'"{c}"' for c in row]
-        with write_transaction(self.db.conn):
-            if op not in self._known_ops:
+        op_row = [op, pair.get("name", op), pair.get("variant", ""), pair.get("aten_name"),
+                  pair.get("source", "opinfo")]
+        self._held.append((op_row, [cid, op, dtype, index, sample, pass_], row))
+        if self._held_since is None:
+            self._held_since = time.monotonic()
+        if len(self._held) >= self.HOLD_ROWS or time.monotonic() - self._held_since >= self.HOLD_S:
+            self.commit()
+
+    def _write_held(self):
+        for op_row, case_row, row in self._held:
+            if op_row[0] not in self._known_ops:
                 self.db.execute(
                     "INSERT OR IGNORE INTO ops (id, name, variant, aten_name, source) VALUES (?, ?, ?, ?, ?)",
-                    [op, pair.get("name", op), pair.get("variant", ""), pair.get("aten_name"),
-                     pair.get("source", "opinfo")])
-                self._known_ops.add(op)
+                    op_row)
             self.db.execute(
                 f'INSERT OR IGNORE INTO cases (id, op_id, dtype, sample_index, sample, "{PASS_COLUMN}") '
-                "VALUES (?, ?, ?, ?, ?, ?)", [cid, op, dtype, index, sample, pass_])
+                "VALUES (?, ?, ?, ?, ?, ?)", case_row)
+            columns = [f'"{c}"' for c in row]
             self.db.execute(
                 f"INSERT OR IGNORE INTO results ({', '.join(columns)}) "
                 f"VALUES ({', '.join('?' for _ in columns)})", list(row.values()))
 
-    def pair_done(self, pair, n_cases):
+    def _written(self):
+        """After a commit: what was held is in the database."""
+        self._known_ops.update(op_row[0] for op_row, _, _ in self._held)
+        self._held, self._held_since = [], None
+
+    def commit(self):
+        """Commit the results held so far."""
+        if not self._held:
+            return
         with write_transaction(self.db.conn):
+            self._write_held()
+        self._written()
+
+    def pair_done(self, pair, n_cases):
+        """The pair's end, committed with its results."""
+        with write_transaction(self.db.conn):
+            self._write_held()
             self.db.execute("INSERT OR IGNORE INTO pairs_done VALUES (?, ?, ?, ?)",
                             [self.run_id, pair["op"], pair["dtype"], n_cases])
+        self._written()
 
     def counts(self):
         row = next(self.db.query(
@@ -163,6 +193,7 @@ class RunWriter:
         return row.pop("n"), {s: row[f"n_{s}"] or 0 for s in STATUSES}
 
     def finish(self, state, wall_s):
+        self.commit()
         total, counts = self.counts()
         with write_transaction(self.db.conn):
             self.db["runs"].update(self.run_id, {

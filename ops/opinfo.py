@@ -4,9 +4,12 @@
 that shifts between torch versions, so everything read from it goes through
 `getattr` with a default, and a missing piece degrades one op, not the run.
 """
+import contextlib
 import fnmatch
 import difflib
 import itertools
+import sys
+import traceback
 import zlib
 
 import torch
@@ -181,9 +184,56 @@ def pair_seed(op, dtype):
 def samples(opinfo, dtype, cap, requires_grad=False):
     """The first `cap` sample inputs of the op for `dtype`, on the CPU, seeded: the
     same samples with and without `requires_grad` (set where OpInfo says)."""
-    torch.manual_seed(pair_seed(op_key(opinfo), dtype_name(dtype)))
-    generated = opinfo.sample_inputs("cpu", dtype, requires_grad=requires_grad)
-    return list(itertools.islice(generated, cap))
+    with _light_bookkeeping():
+        torch.manual_seed(pair_seed(op_key(opinfo), dtype_name(dtype)))
+        generated = opinfo.sample_inputs("cpu", dtype, requires_grad=requires_grad)
+        return list(itertools.islice(generated, cap))
+
+
+def _test_fn_on_stack():
+    """common_utils.extract_test_fn without reading source files: the same walk up
+    the stack for a unittest.TestCase's test method (None outside a test)."""
+    import unittest
+    try:
+        frame = sys._getframe(1)
+        while frame is not None:
+            candidate = frame.f_locals.get("self")
+            if isinstance(candidate, unittest.TestCase):
+                *_, cls_name, test_name = candidate.id().rsplit(".", 2)
+                if cls_name == type(candidate).__name__ and test_name.startswith("test"):
+                    return getattr(candidate, test_name).__func__
+            frame = frame.f_back
+    except Exception:
+        pass
+    return None
+
+
+@contextlib.contextmanager
+def _light_bookkeeping():
+    """Sample generation without its bookkeeping's cost, samples unchanged.
+
+    OpInfo looks for the running test with inspect.stack() (which reads the
+    source of every frame) on each sample_inputs call, and reseeds torch before
+    each sample; torch.manual_seed queues a seed for every lazily initialised
+    device (CUDA, XPU, MTIA) with a formatted stack trace, kept only for an
+    error message should that device fail to start later. Together they were
+    most of a sample's generation time. Here the test is looked for without
+    reading source, and the queued seeds keep no trace; every seed is still set.
+    """
+    from torch.testing._internal import common_utils
+    from torch.testing._internal.opinfo import core
+    original = common_utils.extract_test_fn
+    patched = [m for m in (common_utils, core) if getattr(m, "extract_test_fn", None) is original]
+    format_stack = traceback.format_stack
+    for module in patched:
+        module.extract_test_fn = _test_fn_on_stack
+    traceback.format_stack = lambda *args, **kwargs: []
+    try:
+        yield
+    finally:
+        traceback.format_stack = format_stack
+        for module in patched:
+            module.extract_test_fn = original
 
 
 def differentiable(opinfo, dtype):
@@ -235,8 +285,18 @@ def passes(opinfo, dtype, wanted):
     return found
 
 
+_index = (None, 0, {})  # the OpInfo list last searched, its length, {op key: its first entry}
+
+
 def find(opinfos, key):
-    for o in opinfos:
-        if op_key(o) == key:
-            return o
-    raise CatalogueError(f"unknown op: {key!r}")
+    global _index
+    listed, length, by_key = _index
+    if listed is not opinfos or length != len(opinfos):
+        by_key = {}
+        for o in opinfos:
+            by_key.setdefault(op_key(o), o)
+        _index = (opinfos, len(opinfos), by_key)
+    found = by_key.get(key)
+    if found is None:
+        raise CatalogueError(f"unknown op: {key!r}")
+    return found

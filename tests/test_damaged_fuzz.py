@@ -35,11 +35,14 @@ class StandInPool:
     ENV = {"device": "cpu", "device_name": "CPU", "torch_version": "2.13.0", "os_name": "Linux",
            "hostname": "fuzz"}
 
-    def __init__(self, *args, **kwargs):
-        pass
+    def __init__(self, config=None, size=1, **kwargs):
+        self.size = size
 
     def request(self, message, budget=None):
         return {"env": dict(self.ENV)} if message["cmd"] == "describe" else {"pairs": []}
+
+    def start(self):
+        pass
 
     def run(self, *args, **kwargs):
         pass

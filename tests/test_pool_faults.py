@@ -39,6 +39,12 @@ def test_a_fork_then_segfault_is_a_crash_not_a_timeout(faulty_sweep, rows):
     assert hit["status"] == CRASH and hit["signal"] == int(signal.SIGSEGV), hit
 
 
+def test_a_forged_reply_is_not_taken_for_a_result(faulty_sweep, rows):
+    """cos writes result lines claiming a pass into every pipe it can reach, then fails."""
+    hit = _case(rows, faulty_sweep["db"], "cos", 0)
+    assert hit["status"] != PASS and "after forging" in (hit["message"] or ""), hit
+
+
 # In a worker of its own: its describe() raises, as an op would mid-case.
 RAISING_WORKER = """
 import sys

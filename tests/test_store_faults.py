@@ -64,6 +64,10 @@ DAMAGE = {
     "results dropped": lambda p: _sql(p, "DROP TABLE results"),
     "runs.counts dropped": lambda p: _sql(p, "ALTER TABLE runs DROP COLUMN counts"),
     "8 KiB zeroed mid-file": _zero_mid,
+    # SQLite quotes the damaged schema text in its message, newline and all.
+    "schema text broken across lines": lambda p: _sql(
+        p, "PRAGMA writable_schema = ON",
+        "UPDATE sqlite_master SET sql = 'CREATE TABLE pairs_done (a, \"\n)' WHERE name = 'pairs_done'"),
 }
 
 
@@ -198,8 +202,9 @@ def test_a_held_lock_is_waited_out_with_a_message(tmp_path, small_store, monkeyp
     holder = threading.Thread(target=_hold_lock, args=(str(path), 2.0, started))
     holder.start()
     started.wait()
+    writer.record({"op": "x", "dtype": "f"}, 0, "s", {"status": "pass"})   # held until the pair ends
     with pytest.raises(schema.DatabaseError, match="stayed locked"):
-        writer.record({"op": "x", "dtype": "f"}, 0, "s", {"status": "pass"})
+        writer.pair_done({"op": "x", "dtype": "f"}, 1)
     holder.join()
     schema.close(db)
 
@@ -286,3 +291,12 @@ def test_merge_reads_a_source_being_written_in_one_snapshot(tmp_path, run_cli, s
         writer.wait(timeout=60)
     assert merges >= 3
     assert rows(tmp_path / "all.db", "PRAGMA foreign_key_check") == []
+
+
+def test_a_damaged_schema_text_is_named_on_one_line(tmp_path, small_store):
+    """SQLite's message quotes the broken schema text, newline included: the error stays one line."""
+    path = small_store(tmp_path / "bad.db")
+    DAMAGE["schema text broken across lines"](str(path))
+    with pytest.raises(schema.DatabaseError) as raised:
+        schema.inspect(str(path))
+    assert "unrecognized token" in str(raised.value) and "\n" not in str(raised.value)

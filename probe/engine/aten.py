@@ -222,17 +222,50 @@ class AtenCapture(TorchDispatchMode):
         return list(self.counts)
 
 
-def recorder_with_shapes():
-    """An AtenCapture that also keeps, per aten op, its first call's input shapes
-    (what the precision allowance needs to infer a reduction length)."""
-    import torch
-    from torch.utils._pytree import tree_flatten
-    shapes = {}
+class _OpsAndShapes(TorchDispatchMode):
+    """The lean recorder a case needs: the aten ops in first-dispatch order, and
+    each op's first (successful) call's input shapes. It flattens a call's
+    arguments only the first time an op is seen: a case dispatches the same few
+    ops over and over."""
 
-    def on_call(func, call_args, call_kwargs, out):
-        shapes.setdefault(aten_name(func), [tuple(x.shape) for x in tree_flatten((call_args, call_kwargs))[0]
-                                            if isinstance(x, torch.Tensor)])
-    return AtenCapture(on_call=on_call), shapes
+    def __init__(self, shapes):
+        super().__init__()
+        self._seen = {}
+        self.shapes = shapes
+        self.variants = {}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = _NAMES.get(func) or _NAMES.setdefault(func, aten_name(func))
+        kwargs = kwargs or {}
+        self._seen.setdefault(name, None)
+        out = func(*args, **kwargs)
+        if name not in self.shapes:
+            self.shapes[name] = [tuple(x.shape) for x in tree_flatten((args, kwargs))[0]
+                                 if isinstance(x, torch.Tensor)]
+        try:
+            self.variants.setdefault(name, set()).add(variant(func, args, kwargs))
+        except Exception:   # an argument of an unexpected kind: the call still counts
+            pass
+        return out
+
+    def variants_json(self):
+        """{op: [variants]}, sorted: what a case records in results.aten_variants."""
+        return {name: sorted(kinds) for name, kinds in self.variants.items()}
+
+    @property
+    def ops(self):
+        return list(self._seen)
+
+
+_NAMES = {}  # OpOverload -> aten_name(it)
+
+
+def recorder_with_shapes():
+    """A recorder (its `.ops`: distinct aten ops in first-dispatch order) and the
+    dict it fills with each op's first call's input shapes (what the precision
+    allowance needs to infer a reduction length)."""
+    shapes = {}
+    return _OpsAndShapes(shapes), shapes
 
 
 class WidenLow(torch.overrides.TorchFunctionMode):

@@ -45,12 +45,29 @@ class Target:
             torch.mps.synchronize()
 
     def empty_cache(self):
-        """Give the device allocator's cached blocks back (before retrying out of memory, between pairs)."""
+        """Give the device allocator's cached blocks back (before retrying out of memory)."""
         kind = self.torch_device.type
         if kind == "cuda":
             torch.cuda.empty_cache()
         elif kind == "mps":
             torch.mps.empty_cache()
+
+    # Between pairs the cache is given back only above this: freeing it synchronises
+    # the device, and the next pair would then allocate every block anew, on every pair.
+    CACHE_KEPT_BYTES = 256 << 20
+
+    def trim_cache(self):
+        """Between pairs: empty the cache when it holds more than CACHE_KEPT_BYTES
+        beyond what tensors use (no pair pays for another's memory)."""
+        kind = self.torch_device.type
+        if kind == "cuda":
+            cached = torch.cuda.memory_reserved(self.torch_device) - torch.cuda.memory_allocated(self.torch_device)
+        elif kind == "mps":
+            cached = torch.mps.driver_allocated_memory() - torch.mps.current_allocated_memory()
+        else:
+            cached = None
+        if cached is None or cached > self.CACHE_KEPT_BYTES:
+            self.empty_cache()
 
     def memory(self):
         """Device memory now, in bytes, as a dict for a result's notes ({} where the device has no counters).

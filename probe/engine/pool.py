@@ -3,7 +3,9 @@
 A pair (op, dtype) is the unit handed to a worker; the worker announces each
 case before running it, so when a worker dies or overruns, the case in flight
 is recorded as `crash` or `timeout`, the worker is replaced, and the rest of
-the pair is handed out again. No case can cost more than itself.
+the pair is handed out again. No case can cost more than itself. A busy worker
+is also sent its next pair ahead, so it never waits for the parent between
+pairs; a pair sent ahead and not begun goes back to the queue if the worker dies.
 
 A worker's death is noticed by its exit (polled), not only by the end of its
 reply pipe (a child an op forked may hold that open), and is recorded as the
@@ -56,6 +58,7 @@ class _Worker:
         self.token = secrets.token_hex(16)
         self.buffer = b""
         self.task = None       # the pair being run
+        self.ahead = None      # the pair it runs next, already sent (waiting in its stdin)
         self.index = None      # the case in flight (after "begin", before "result")
         self.pass_ = FORWARD   # and its pass
         self.sample = None
@@ -175,6 +178,7 @@ class Pool:
         self.selector = selectors.DefaultSelector()
         self.workers = []
         self.hangs = 0         # hung cases killed so far: the device may still be busy with them
+        self._should_stop = lambda: False
 
     # -- lifecycle ---------------------------------------------------------
     def _spawn(self):
@@ -185,6 +189,12 @@ class Pool:
         self.selector.register(worker.proc.stdout, selectors.EVENT_READ, worker)
         self.workers.append(worker)
         return worker
+
+    def start(self):
+        """Start every worker the pool will have, without waiting for any: each
+        imports torch on its own, and requests wait in its pipe until it is ready."""
+        while len(self.workers) < self.size:
+            self._spawn()
 
     def _retire_dead(self, worker):
         """A worker gone between pairs: nothing is lost; say so, and why."""
@@ -244,12 +254,15 @@ class Pool:
     def run(self, pairs, on_case, on_pair, should_stop=lambda: False):
         """Run every pair ({"op", "dtype", "done": [indices recorded]}) to completion."""
         queue = collections.deque(dict(p, done=list(p.get("done", ())), attempts=0) for p in pairs)
+        self._should_stop = should_stop
         while queue or any(w.task for w in self.workers):
             if should_stop():
                 return
             while queue and (len(self.workers) < self.size or any(w.task is None for w in self.workers)):
                 idle = next((w for w in self.workers if w.task is None), None) or self._spawn()
                 self._assign(idle, queue.popleft(), queue)
+            for worker in self.workers:
+                self._send_ahead(worker, queue)
             for key, _ in self.selector.select(timeout=0.2):
                 worker = key.data
                 try:
@@ -260,7 +273,7 @@ class Pool:
                     self._lost(worker, queue, on_case, on_pair, timed_out=False)
                     continue
                 for message in worker.messages(data):
-                    self._handle(worker, message, on_case, on_pair)
+                    self._handle(worker, message, on_case, on_pair, queue)
             now = time.monotonic()
             for worker in [w for w in self.workers if w.task and w.deadline < now]:
                 self._lost(worker, queue, on_case, on_pair, timed_out=True)
@@ -278,10 +291,27 @@ class Pool:
             for message in worker.messages(data):
                 self._handle(worker, message, on_case, on_pair)
 
-    def _assign(self, worker, pair, queue=None):
-        worker.task = pair
+    def _send_ahead(self, worker, queue):
+        """Send a busy worker its next pair now, so that it never waits for the parent
+        between pairs; not near the end of the queue (an idle worker may take it then)."""
+        if (worker.task is not None and worker.ahead is None and queue
+                and len(queue) >= len(self.workers) and not self._should_stop()):
+            self._assign(worker, queue.popleft(), queue, ahead=True)
+
+    def _next_task(self, worker):
+        """The pair just ended: the one sent ahead (if any) is the worker's task now."""
+        worker.task, worker.ahead = worker.ahead, None
         worker.index = worker.sample = None
-        worker.deadline = time.monotonic() + max(self.timeout, STARTUP_BUDGET_S)
+        if worker.task is not None:
+            worker.deadline = time.monotonic() + max(self.timeout, STARTUP_BUDGET_S)
+
+    def _assign(self, worker, pair, queue=None, ahead=False):
+        if ahead:
+            worker.ahead = pair
+        else:
+            worker.task = pair
+            worker.index = worker.sample = None
+            worker.deadline = time.monotonic() + max(self.timeout, STARTUP_BUDGET_S)
         message = {"cmd": pair.get("cmd", "pair"), "op": pair["op"], "dtype": pair["dtype"],
                    "done": pair["done"]}
         if "passes" in self.config:
@@ -294,13 +324,19 @@ class Pool:
         try:
             worker.send(message)
         except OSError:  # gone before its next request (killed while idle, stdin closed)
+            if ahead:   # busy with another pair: its loss is noticed as any death is
+                worker.ahead = None
+                queue.appendleft(pair)
+                return
             worker.task = None
             if queue is None:
                 raise
             queue.appendleft(pair)
             self._retire_dead(worker)
 
-    def _handle(self, worker, message, on_case, on_pair):
+    def _handle(self, worker, message, on_case, on_pair, queue=None):
+        """One message of `worker`'s. At a pair's end the worker gets its next pair
+        (from `queue`) before the finished one is recorded: it need not wait for that."""
         kind = message.pop("type")
         pair = worker.task
         worker.deadline = time.monotonic() + self.timeout
@@ -313,8 +349,12 @@ class Pool:
             on_case(pair, index, worker.sample, message)
             worker.index = worker.sample = None
         elif kind == "pair_done":
+            self._next_task(worker)
+            if queue and worker.task is None and not self._should_stop():
+                self._assign(worker, queue.popleft(), queue)
+            if queue:
+                self._send_ahead(worker, queue)
             on_pair(pair, message["n_cases"])
-            worker.task = None
         elif kind == "fatal":  # the worker could not run this pair at all
             index = _next_index(pair)
             on_case(pair, index, "(not run)", {
@@ -322,10 +362,13 @@ class Pool:
                 "reason": "mpsprobe could not run this pair",
                 "error_type": message.get("error_type"), "message": message["message"]})
             on_pair(pair, index + 1)
-            worker.task = None
+            self._next_task(worker)
 
     def _lost(self, worker, queue, on_case, on_pair, timed_out):
         """A worker died or overran: charge the case in flight, requeue the rest."""
+        if worker.ahead is not None:   # sent ahead, not begun: another worker runs it
+            queue.appendleft(worker.ahead)
+            worker.ahead = None
         pair, index, sample, pass_ = worker.task, worker.index, worker.sample, worker.pass_
         if pair is None:
             self._retire_dead(worker)

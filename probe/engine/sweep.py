@@ -83,11 +83,18 @@ class Sweep:
                        "samples": options.samples, "timing": options.timing,
                        "strict_precision": options.strict_precision,
                        "passes": list(options.passes),
-                       "threads": max(1, (os.cpu_count() or 1) // size)}
+                       "threads": max(1, (os.cpu_count() or 1) // size),
+                       "catalogue": True}   # workers load the OpInfo database as they start
         self.pool = Pool(self.config, size=size, timeout=options.timeout,
                          python=options.python, env=worker_env(options))
         self.env = self.pairs = self.writer = None
         self.resumed = False
+
+    def _size_is_known(self):
+        """Whether the pool's size is settled before the device is described: --workers
+        given, or a device named that is not MPS (where the default is one worker)."""
+        device = str(self.options.device or "auto").split(":")[0]
+        return bool(self.options.workers) or (not self.options.backend and device not in ("auto", "mps"))
 
     def _fit_pool_to_device(self):
         """Once the device is known: one worker on MPS unless --workers says otherwise."""
@@ -115,7 +122,11 @@ class Sweep:
         _check_writable(options.db_path)
         schema.inspect(options.db_path, migratable=True)
         try:
+            if self._size_is_known():
+                self.pool.start()   # all at once: each imports torch and the catalogue meanwhile
             self.env = self.pool.request({"cmd": "describe"})["env"]
+            self._fit_pool_to_device()
+            self.pool.start()
             plan = self.pool.request({"cmd": "plan", "ops": options.ops, "dtypes": options.dtypes})
         except WorkerError as e:
             self.pool.close()
@@ -163,7 +174,6 @@ class Sweep:
         """Run `todo` to the end (or until should_stop()); returns (state, total, counts)."""
         started = time.monotonic()
         state = "interrupted"
-        self._fit_pool_to_device()
 
         def case(pair, index, sample, result):
             self.writer.record(pair, index, sample, result)

@@ -8,6 +8,10 @@ worker's own process group, killed when the case ends (groups.py), and each
 reply line carries the token the parent sent as the first line of stdin, so
 that nothing an op writes into the reply pipe is taken for a result.
 
+A result is written with the worker's next message (the next case's "begin"
+or the pair's end): one write per case. Nothing held is left unsent before
+anything that can fail runs.
+
 Requests (stdin, one JSON object a line):
   {"cmd": "describe"}                      -> {"type": "describe", "env": {...}}
   {"cmd": "plan", "ops": [...], "dtypes": [...]} -> {"type": "plan", "pairs": [...]}
@@ -62,6 +66,8 @@ class Worker:
         self.case = groups.case if groups else contextlib.nullcontext
         self._aten_cache = {}  # pass -> {(op, dtype, sample signature): the aten ops it dispatches}
         self.modes = self._precision(config.get("strict_precision", False))
+        if config.get("catalogue"):   # a sweep's worker needs it for every pair: load it before the first
+            self._opinfos = self._load_catalogue()
 
     def _precision(self, strict):
         """The target's precision settings, switched off for the worker's life when strict."""
@@ -75,14 +81,18 @@ class Worker:
     @property
     def opinfos(self):
         if self._opinfos is None:
-            from mpsprobe.ops import opinfo
-            self._opinfos = opinfo.load_op_db()
+            self._opinfos = self._load_catalogue()
         return self._opinfos
 
+    @staticmethod
+    def _load_catalogue():
+        from mpsprobe.ops import opinfo
+        return opinfo.load_op_db()
+
     def start_pair(self, request):
-        """Each pair starts from an empty device cache (no pair pays for another's memory)
+        """Each pair starts from a small device cache (no pair pays for another's memory)
         and, after a killed hang, a device check: the notes for its results, or None."""
-        self.target.empty_cache()
+        self.target.trim_cache()
         return self.health_check() if request.get("health_check") else None
 
     def health_check(self):
@@ -134,6 +144,7 @@ class Worker:
         from .judge import REFERENCE_FAILED
         from .plan import case_key
         from .variants import out_form, run_variant_case
+        self._flush()   # the last pass's held result goes out before sample generation runs
         try:
             cases = opinfo.samples(op, dtype, self.config.get("samples", 3), requires_grad=pass_ == BACKWARD)
         except Exception as e:
@@ -164,8 +175,17 @@ class Worker:
                           "reason": "mpsprobe could not judge this case",
                           "error_type": type(e).__name__, "message": str(e)[:500]}
             result[PASS_COLUMN] = pass_
-            self.send({"type": "result", "index": index, **flagged(result, after_hang)})
+            self._hold({"type": "result", "index": index, **flagged(result, after_hang)})
         return len(cases)
+
+    def _hold(self, message):
+        """A result: sent with the next message (send.hold), or at once where send cannot hold."""
+        getattr(self.send, "hold", self.send)(message)
+
+    def _flush(self):
+        flush = getattr(self.send, "flush", None)
+        if flush:
+            flush()
 
     def replay(self, request):
         """A pair of a model's captured calls (modelcheck.replay.pairs), each a case."""
@@ -180,7 +200,7 @@ class Worker:
             with self.case():
                 result = run_call(call, self.target, timing=self.config.get("timing", True),
                                   modes=self.modes)
-            self.send({"type": "result", "index": call.index, **flagged(result, after_hang)})
+            self._hold({"type": "result", "index": call.index, **flagged(result, after_hang)})
         self.send({"type": "pair_done", "n_cases": len(calls)})
 
 
@@ -191,24 +211,42 @@ def flagged(result, after_hang):
     return dict(result, notes=dict(result.get("notes") or {}, **after_hang))
 
 
-def _sender(protocol, token):
-    """send(message): one authenticated reply line (the token lives only in this closure)."""
-    def send(message):
-        protocol.write(json.dumps(dict(message, token=token)) + "\n")
-        protocol.flush()
-    return send
+class _Sender:
+    """send(message): one authenticated reply line, written at once (the token lives
+    only here). send.hold(message) writes a line that goes out with the next send:
+    a case's result with the next case's "begin" or the pair's end, one write and
+    one wake-up of the parent instead of two. Nothing held is left unsent before
+    the worker runs anything that could fail (send.flush())."""
+
+    def __init__(self, protocol, token):
+        self._protocol = protocol
+        self._token = token
+
+    def hold(self, message):
+        self._protocol.write(json.dumps(dict(message, token=self._token)) + "\n")
+
+    def __call__(self, message):
+        self.hold(message)
+        self.flush()
+
+    def flush(self):
+        self._protocol.flush()
 
 
 def main(config_json):
-    protocol = os.fdopen(os.dup(1), "w", buffering=1)   # os.dup: not inherited by children
+    protocol = os.fdopen(os.dup(1), "w")   # os.dup: not inherited by children
     os.dup2(2, 1)
     sys.stdout = sys.stderr
-    send = _sender(protocol, json.loads(sys.stdin.readline()))   # the parent's first line
+    send = _Sender(protocol, json.loads(sys.stdin.readline()))   # the parent's first line
     groups = CaseGroups()
     threading.Thread(target=_watch_parent, args=(groups,), daemon=True).start()
     try:
         _serve(json.loads(config_json), send, groups)
     except BaseException as e:  # SystemExit, KeyboardInterrupt, a reply channel gone, ...
+        try:
+            send.flush()   # a result held for the next write is still a result
+        except BaseException:
+            pass
         # Said on stderr, then exit with a status of our own: the parent
         # records "exited with status N" and this line, not a signal.
         sys.stderr.write(f"\nmpsprobe worker exiting on {type(e).__name__}: {e}\n")
@@ -222,13 +260,46 @@ def _serve(config, send, groups):
     except Exception as e:
         send({"type": "fatal", "message": str(e) or type(e).__name__})
         return
-    for line in sys.stdin:
+    profile = _Profile.from_env()
+    while True:
+        line = sys.stdin.readline()   # a call, not iteration: a profile shows the wait
+        if not line:
+            break
         request = json.loads(line)
         try:
             getattr(worker, request["cmd"])(request)
         except Exception as e:
             send({"type": "fatal", "message": str(e) or type(e).__name__,
                   "error_type": type(e).__name__})
+        if profile:
+            profile.save_now_and_then()
+
+
+class _Profile:
+    """MPSPROBE_PROFILE=PREFIX: the worker runs under cProfile and writes
+    PREFIX.worker-PID.prof every few seconds (the pool kills a worker when the
+    sweep ends, so the last seconds may be missing). For benchmarks/profile_sweep.py."""
+    EVERY_S = 2.0
+
+    def __init__(self, prefix):
+        import cProfile
+        self.path = f"{prefix}.worker-{os.getpid()}.prof"
+        self.saved = time.monotonic()
+        self.profiler = cProfile.Profile()
+        self.profiler.enable()
+
+    @classmethod
+    def from_env(cls):
+        prefix = os.environ.get("MPSPROBE_PROFILE")
+        return cls(prefix) if prefix else None
+
+    def save_now_and_then(self):
+        if time.monotonic() - self.saved < self.EVERY_S:
+            return
+        self.profiler.disable()
+        self.profiler.dump_stats(self.path)
+        self.saved = time.monotonic()
+        self.profiler.enable()
 
 
 if __name__ == "__main__":

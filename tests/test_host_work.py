@@ -1,0 +1,124 @@
+"""Less host work per case, the same verdicts: the reply protocol's held results,
+workers started together and fed at once, sample generation's light bookkeeping."""
+import io
+import unittest
+
+import pytest
+import torch
+
+from mpsprobe.engine.pool import Pool
+from mpsprobe.engine.worker import _Sender
+from mpsprobe.ops import opinfo
+from mpsprobe.ops import samples as sample_tools
+from mpsprobe.vocabulary import PASS
+
+
+class _Pipe(io.StringIO):
+    def __init__(self):
+        super().__init__()
+        self.sent = ""
+
+    def flush(self):
+        self.sent = self.getvalue()
+
+
+def test_a_held_result_goes_out_with_the_next_message_and_carries_the_token():
+    pipe = _Pipe()
+    send = _Sender(pipe, "secret")
+    send.hold({"type": "result", "index": 0})
+    assert pipe.sent == ""                                # not yet: no write of its own
+    send({"type": "begin", "index": 1})
+    lines = pipe.sent.splitlines()
+    assert [line.count('"token": "secret"') for line in lines] == [1, 1]
+    assert '"result"' in lines[0] and '"begin"' in lines[1]
+
+
+def test_workers_start_together_before_any_request():
+    pool = Pool({"device": "cpu", "samples": 1, "timing": False}, size=3)
+    with pool:
+        pool.start()
+        assert len(pool.workers) == 3 and all(w.alive() for w in pool.workers)
+        assert pool.request({"cmd": "describe"})["env"]["device"] == "cpu"
+
+
+def test_a_worker_is_fed_its_next_pair_before_the_last_one_is_recorded():
+    held = []
+    pool = Pool({"device": "cpu", "samples": 1, "timing": False, "passes": ["forward"]}, size=1)
+    pairs = [{"op": op, "dtype": "float32"} for op in ("abs", "neg", "exp")]
+    cases = []
+    with pool:
+        pool.run(pairs, lambda pair, index, sample, result: cases.append(result["status"]),
+                 lambda pair, n: held.append([w.task["op"] for w in pool.workers if w.task]))
+    assert cases == [PASS] * 3
+    assert held == [["neg"], ["exp"], []]
+
+
+def _signature(samples):
+    out = []
+    for s in samples:
+        out.append(sample_tools.summarize(s))
+        for x in torch.utils._pytree.tree_flatten(sample_tools.call_args(s))[0]:
+            if isinstance(x, torch.Tensor):
+                out.append((x.dtype, tuple(x.shape), x.detach().resolve_conj().tolist()))
+            else:
+                out.append(repr(x))
+    return out
+
+
+def test_light_bookkeeping_leaves_samples_and_seeds_unchanged(monkeypatch):
+    import contextlib
+    ops = opinfo.load_op_db()
+    chosen = ["add", "nn.functional.dropout", "normal", "linalg.svd", "index_put", "std_mean"]
+    light = {}
+    for key in chosen:
+        op = opinfo.find(ops, key)
+        light[key] = _signature(opinfo.samples(op, torch.float32, 3))
+    after_light = torch.rand(3).tolist()
+    monkeypatch.setattr(opinfo, "_light_bookkeeping", contextlib.nullcontext)
+    for key in chosen:
+        op = opinfo.find(ops, key)
+        assert _signature(opinfo.samples(op, torch.float32, 3)) == light[key], key
+    assert torch.rand(3).tolist() == after_light         # the generator left in the same state
+
+
+class _Finder(unittest.TestCase):
+    __test__ = False   # a test case only for the stack walk below
+
+    def test_something(self):
+        return opinfo._test_fn_on_stack()
+
+
+def test_the_running_test_is_found_as_pytorch_finds_it():
+    from torch.testing._internal.common_utils import extract_test_fn
+    case = _Finder("test_something")
+    assert case.test_something() is _Finder.test_something
+    assert opinfo._test_fn_on_stack() is None and extract_test_fn() is None
+
+
+def test_between_pairs_a_small_device_cache_is_kept_a_large_one_given_back(monkeypatch):
+    from mpsprobe.engine.devices import Target
+    emptied, driver = [], [5000]
+    monkeypatch.setattr(torch.mps, "current_allocated_memory", lambda: 1000)
+    monkeypatch.setattr(torch.mps, "driver_allocated_memory", lambda: driver[0])
+    monkeypatch.setattr(torch.mps, "empty_cache", lambda: emptied.append(True))
+    target = Target.__new__(Target)
+    target.torch_device = torch.device("mps")
+    target.trim_cache()
+    assert emptied == []                                  # 4 kB cached: kept, no device sync
+    driver[0] = 1000 + Target.CACHE_KEPT_BYTES + 1
+    target.trim_cache()
+    assert emptied == [True]
+
+
+@pytest.mark.parametrize("device, workers, backend, known", [
+    ("cuda", 0, None, True), ("cpu", 0, None, True), ("cuda:1", 0, None, True),
+    ("auto", 0, None, False), ("mps", 0, None, False),        # MPS defaults to one worker
+    ("mps", 3, None, True), ("auto", 2, None, True),
+    ("cpu", 0, "tests/fake_mps.py", False)])                   # a backend names its device
+def test_workers_start_before_describe_only_when_their_number_is_settled(tmp_path, device, workers,
+                                                                        backend, known):
+    from mpsprobe.engine.sweep import Sweep, SweepOptions
+    sweep = Sweep(SweepOptions(db_path=str(tmp_path / "x.db"), device=device, workers=workers,
+                               backend=backend))
+    assert sweep._size_is_known() is known
+    sweep.pool.close()
