@@ -25,10 +25,11 @@ TESTS = Path(__file__).parent
 
 # --------------------------------------------------------------- kill -9, resume
 
-# Enough cases (~200) that a kill after a random number of results lands mid-sweep.
+# Enough cases (~330) that a kill after a random number of results lands mid-sweep,
+# even though results are committed a pair (or two seconds' worth) at a time.
 KILL_OPS = ("abs,neg,add,mul,sub,exp,log,sin,cos,tan,floor,ceil,sigmoid,tanh,sqrt,rsqrt,"
             "square,clamp,maximum,minimum,where,sum,atan,asin,acos")
-KILL_DTYPES = "float32,int32,float16"
+KILL_DTYPES = "float32,int32,float16,float64,bfloat16"
 
 
 def sweep_command(db):
