@@ -137,22 +137,28 @@ def test_a_crash_keeps_the_cause_its_stderr_names():
     assert pool._evidence(["Traceback (most recent call last):", "KeyboardInterrupt"]) == {}
 
 
+def _two_runs(cpu_db, path, suffix):
+    """A copy of the CPU run's database with that run twice, the copy's id ending in
+    `suffix`, results and all: (connection, the first run's id)."""
+    shutil.copy(cpu_db, path)
+    conn = sqlite3.connect(path)
+    first = conn.execute("SELECT id FROM runs").fetchone()[0]
+    columns = [r[1] for r in conn.execute("PRAGMA table_info(runs)")]
+    conn.execute(f"INSERT INTO runs SELECT {', '.join('id || ' + repr(suffix) if c == 'id' else c for c in columns)}"
+                 " FROM runs")
+    result_columns = [r[1] for r in conn.execute("PRAGMA table_info(results)")]
+    conn.execute(f"INSERT INTO results ({', '.join(result_columns)}) SELECT "
+                 + ", ".join(f"run_id || {suffix!r}" if c == "run_id" else c for c in result_columns)
+                 + " FROM results WHERE run_id = ?", [first])
+    return conn, first
+
+
 def test_virtual_machine_runs_are_kept_apart_from_bare_metal(tmp_path, cpu_db):
     from mpsprobe.db.query import history, runs
     from mpsprobe.vocabulary import CRASH
-    path = tmp_path / "vm.db"
-    shutil.copy(cpu_db, path)
-    conn = sqlite3.connect(path)
-    bare = conn.execute("SELECT id FROM runs").fetchone()[0]
-    columns = [r[1] for r in conn.execute("PRAGMA table_info(runs)")]
-    conn.execute(f"INSERT INTO runs SELECT {', '.join('id || ' + repr('-vm') if c == 'id' else c for c in columns)}"
-                 " FROM runs")
+    conn, bare = _two_runs(cpu_db, tmp_path / "vm.db", "-vm")
     conn.execute("UPDATE runs SET os_name = 'macOS', virtualized = 0")  # the same Mac, bare and in a VM
     conn.execute("UPDATE runs SET virtualized = 1, started = '9999' WHERE id = ?", [bare + "-vm"])
-    result_columns = [r[1] for r in conn.execute("PRAGMA table_info(results)")]
-    conn.execute(f"INSERT INTO results ({', '.join(result_columns)}) SELECT "
-                 + ", ".join("run_id || '-vm'" if c == "run_id" else c for c in result_columns)
-                 + " FROM results WHERE run_id = ?", [bare])
     conn.execute("UPDATE results SET status = ? WHERE run_id = ?", [CRASH, bare + "-vm"])
     conn.commit()
 
@@ -173,19 +179,9 @@ def test_virtual_machine_runs_are_kept_apart_from_bare_metal(tmp_path, cpu_db):
 def test_an_os_split_names_only_the_os_versions_measured(cpu_db, tmp_path):
     from mpsprobe.db.query import history
     from mpsprobe.vocabulary import UNSUPPORTED
-    path = tmp_path / "split.db"
-    shutil.copy(cpu_db, path)
-    conn = sqlite3.connect(path)
-    old = conn.execute("SELECT id FROM runs").fetchone()[0]
-    columns = [r[1] for r in conn.execute("PRAGMA table_info(runs)")]
-    conn.execute(f"INSERT INTO runs SELECT {', '.join('id || ' + repr('-15') if c == 'id' else c for c in columns)}"
-                 " FROM runs")
+    conn, old = _two_runs(cpu_db, tmp_path / "split.db", "-15")
     conn.execute("UPDATE runs SET os_name = 'macOS', os_version = '13.6', virtualized = 0")
     conn.execute("UPDATE runs SET os_version = '15.1' WHERE id = ?", [old + "-15"])
-    result_columns = [r[1] for r in conn.execute("PRAGMA table_info(results)")]
-    conn.execute(f"INSERT INTO results ({', '.join(result_columns)}) SELECT "
-                 + ", ".join("run_id || '-15'" if c == "run_id" else c for c in result_columns)
-                 + " FROM results WHERE run_id = ?", [old])
     conn.execute("UPDATE results SET status = ? WHERE run_id = ? AND op_id = 'add'", [UNSUPPORTED, old])
     conn.commit()
     texts = [n["text"] for n in history.notes(conn, "add")]

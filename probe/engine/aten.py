@@ -268,6 +268,24 @@ def recorder_with_shapes():
     return _OpsAndShapes(shapes), shapes
 
 
+def recorded_once(cache, key, run):
+    """(ops, first-call shapes, variants) of what `run(recorder)` dispatches inside the
+    recorder it is given, cached under `key` (an op, dtype and sample signature
+    dispatch the same ops every time). An exception ends the recording, not the case:
+    the ops dispatched before it are kept."""
+    if cache is not None and key in cache:
+        return cache[key]
+    recorder, shapes = recorder_with_shapes()
+    try:
+        run(recorder)
+    except Exception:
+        pass
+    recorded = (recorder.ops, shapes, recorder.variants_json())
+    if cache is not None:
+        cache[key] = recorded
+    return recorded
+
+
 class WidenLow(torch.overrides.TorchFunctionMode):
     """See AtenCapture.widen_functions."""
 

@@ -23,7 +23,7 @@ from torch.utils._pytree import tree_flatten
 from mpsprobe.ops import samples as sample_tools
 from mpsprobe.vocabulary import REASON_KINDS, REFUSED_AT_TRANSFER, SKIP
 from . import ambiguity, classify, judge, precision
-from .aten import recorder_with_shapes
+from .aten import recorded_once
 from .execute import _call, _call_on_target, _result
 from .timing import median_ms
 from .verdict import compare
@@ -102,21 +102,13 @@ def _forward_backward(op, args, positions, grad_outputs, retain=False):
 def _record_backward(op, args, positions, grad_outputs, cache, key):
     """The aten ops (and their first call's input shapes) the backward alone dispatches:
     a call of its own, never the reference's (a dispatch mode can change results)."""
-    if cache is not None and key in cache:
-        return cache[key]
-    capture, shapes = recorder_with_shapes()
-    try:
+    def run(recorder):
         outputs = _picked(_call(op, args), positions)
         inputs = _grad_inputs(args)
         grads = [g.clone() for g in grad_outputs]
-        with capture:
+        with recorder:
             torch.autograd.grad(outputs, inputs, grads, allow_unused=True)
-    except Exception:
-        pass  # the ops dispatched before it raised are still recorded
-    recorded = (capture.ops, shapes, capture.variants_json())
-    if cache is not None:
-        cache[key] = recorded
-    return recorded
+    return recorded_once(cache, key, run)
 
 
 def _widened(grad_outputs, outputs):

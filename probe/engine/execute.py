@@ -9,7 +9,7 @@ from mpsprobe.ops import samples as sample_tools
 from mpsprobe.vocabulary import FALLBACK, MISMATCH, REFUSED_AT_TRANSFER, SKIP
 from .verdict import METADATA, VALUES
 from . import classify, judge
-from .aten import recorder_with_shapes
+from .aten import recorded_once
 from .judge import REFERENCE_FAILED
 from .verdict import compare
 from .timing import median_ms
@@ -109,18 +109,10 @@ def _record_aten(op, args, cache, key):
     kernels compute differently (complex pinv does), so the reference never runs
     under one. Once per (op, dtype, sample signature) is enough.
     """
-    if cache is not None and key in cache:
-        return cache[key]
-    capture, shapes = recorder_with_shapes()
-    try:
-        with capture:
+    def run(recorder):
+        with recorder:
             _call(op, args)
-    except Exception:
-        pass  # the ops dispatched before it raised are still recorded
-    recorded = (capture.ops, shapes, capture.variants_json())
-    if cache is not None:
-        cache[key] = recorded
-    return recorded
+    return recorded_once(cache, key, run)
 
 
 def _misplaced(out, device_type):
