@@ -11,6 +11,9 @@ import pytest
 
 from mpsprobe.db import schema
 from mpsprobe.db.query import blame
+from mpsprobe.modelcheck.capture import OpUse
+from mpsprobe.modelcheck.matching import Evidence
+from mpsprobe.vocabulary import DTYPE_UNSURE
 
 MODEL = '''
 import torch
@@ -94,7 +97,8 @@ def test_a_failing_case_condemns_the_op_in_the_dtype_it_ran_in(irfft2_db, model,
 
 def test_a_failure_of_an_op_that_ran_in_two_dtypes_stays_under_the_cases_dtype(irfft2_db, tmp_path, rows):
     """_to_copy ran in float32 and complex64 in the case: which call failed is not
-    known, so the failure is filed under the case's dtype, as before."""
+    known, so the failure is filed under the case's dtype, as before, and the other
+    case's complex64 pass does not make it work in complex64: it is unknown there."""
     path = edited(irfft2_db, tmp_path, "UPDATE results SET status = 'unsupported', "
                   "aten_op = 'aten::_to_copy' WHERE case_id = 'fft.irfft2|float32|0'")
     ran_in = json.loads(rows(path, "SELECT aten_dtypes FROM results WHERE case_id = 'fft.irfft2|float32|0'")
@@ -104,7 +108,13 @@ def test_a_failure_of_an_op_that_ran_in_two_dtypes_stays_under_the_cases_dtype(i
     conn.row_factory = sqlite3.Row
     evidence = blame.evidence(conn, rows(path, "SELECT id FROM runs")[0]["id"])
     assert evidence["aten::_to_copy", "float32"].blamed["unsupported"] == 1
-    assert not evidence["aten::_to_copy", "complex64"].failures
+    assert blame.verdict(evidence["aten::_to_copy", "float32"])[0] == "unsupported"
+    complex64 = evidence["aten::_to_copy", "complex64"]
+    assert not complex64.failures and complex64.good == 1
+    klass, status, note = blame.verdict(complex64)
+    assert klass == "unknown" and "which dtype failed is not known; passes in 1 other case(s)" in note
+    match = Evidence(conn, rows(path, "SELECT id FROM runs")[0]["id"]).match(OpUse("aten::_to_copy", "complex64", 1))
+    assert (match.klass, match.confidence) == ("unknown", DTYPE_UNSURE)
 
 
 def test_rows_without_aten_dtypes_answer_as_before(irfft2_db, model, run_cli, tmp_path, rows):
@@ -147,3 +157,21 @@ def test_a_failure_naming_nobody_is_pinned_in_the_dtype_its_op_ran_in(tmp_path):
     found = blame.evidence(db.conn, "r1")
     assert blame.verdict(found["aten::_fft_c2r", "complex64"])[0] == "ok"
     assert found["aten::_fft_c2r", "complex64"].input_specific["unsupported"] == 1
+
+
+def test_a_failure_pinned_on_an_op_that_ran_in_two_dtypes_leaves_its_other_dtype_unknown(tmp_path):
+    """A float32 case converting to float64 fails naming no op; add is vouched for, so
+    the failure is pinned on _to_copy, in float32. Another op's float64 _to_copy
+    passing does not make it work in float64: the failing call may have been that one."""
+    db = schema.open_db(tmp_path / "x.db")
+    db["runs"].insert({"id": "r1", "started": "2025-01-01", "device": "mps", "torch_version": "2.5.0"})
+    for op in ("double_add", "add", "double"):
+        db["ops"].insert({"id": op, "name": op})
+    _case(db, "double_add", 0, "mismatch", ["aten::_to_copy", "aten::add.Tensor"],
+          {"aten::_to_copy": ["float32", "float64"], "aten::add.Tensor": ["float32"]})
+    _case(db, "add", 0, "pass", ["aten::add.Tensor"], {"aten::add.Tensor": ["float32"]})
+    _case(db, "double", 0, "pass", ["aten::_to_copy"], {"aten::_to_copy": ["float64"]})
+    found = blame.evidence(db.conn, "r1")
+    assert blame.verdict(found["aten::_to_copy", "float32"])[:2] == ("mismatch", "mismatch")
+    assert found["aten::_to_copy", "float64"].good == 1
+    assert blame.verdict(found["aten::_to_copy", "float64"])[0] == "unknown"

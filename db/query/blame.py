@@ -21,7 +21,8 @@ failing case must not condemn every op it touched. The rules:
 - an op counts under the dtypes it ran in (a float32 irfft2 case runs
   `_fft_c2r` on complex64), as a model's calls are filed; a failure blamed on
   it stays under the case's dtype, and goes under the op's own dtype as well
-  only when the case ran it in that one dtype alone.
+  only when the case ran it in that one dtype alone; in its other dtypes such a
+  failure leaves it unknown (which call failed is not known), never working.
 
 The aten ops recorded for a case are what its CPU reference dispatched, and a
 model's ops are captured on the CPU too, so both sides use the same names
@@ -58,6 +59,8 @@ class Evidence:
     min_macos: set = field(default_factory=set)           # macOS versions the failures name
     timings: list = field(default_factory=list)     # (ref_ms, target_ms) of single-op cases
     allowed: Counter = field(default_factory=Counter)   # passes by a derived allowance: reason -> cases
+    # status -> failing cases that ran the op in this dtype and others, failing on it in one
+    unsure: Counter = field(default_factory=Counter)
 
     @property
     def failures(self):
@@ -71,7 +74,8 @@ class Evidence:
                         self.input_specific + other.input_specific,
                         self.at_transfer + other.at_transfer, self.via | other.via,
                         self.messages + other.messages, self.kinds + other.kinds,
-                        self.min_macos | other.min_macos, self.timings + other.timings)
+                        self.min_macos | other.min_macos, self.timings + other.timings,
+                        self.allowed + other.allowed, self.unsure + other.unsure)
 
     def failed(self, why):
         """Keep one failure's (message, reason kind, minimum macOS)."""
@@ -110,7 +114,8 @@ def evidence(conn, run_id, dtypes=None, by_variant=False):
                results.message, results.notes, results.ref_ms, results.target_ms, ops.aten_name
         FROM results LEFT JOIN ops ON ops.id = results.op_id WHERE results.run_id = ?""", [run_id])
     found = defaultdict(Evidence)
-    unplaced = []   # (ops, cleared by, filed under, status, op_id, why): failures no message pins on one op
+    # (ops, cleared by, filed under, unsure under, status, op_id, why): failures no message pins on one op
+    unplaced = []
 
     for r in rows:
         ops, fell_back, dtype, status = _json_list(r["aten_ops"]), _json_list(r["fallback_ops"]), r["dtype"], r["status"]
@@ -127,6 +132,15 @@ def evidence(conn, run_id, dtypes=None, by_variant=False):
             mine = own(op)
             return [dtype] + [d for d in mine if d != dtype] if len(mine) == 1 else [dtype]
 
+        def unsure_in(op):
+            """The op's other dtypes, where a failure blamed on it may have been."""
+            return [d for d in own(op) if d not in failed_in(op)]
+
+        def unsure(op, status):
+            for k in keys(op, unsure_in(op)):
+                found[k].unsure[status] += 1
+                found[k].via.add(r["op_id"])
+
         def keys(op, in_dtypes):
             if not by_variant:
                 return [(op, d) for d in in_dtypes]
@@ -142,6 +156,8 @@ def evidence(conn, run_id, dtypes=None, by_variant=False):
             found[k].blamed[FALLBACK] += 1
             found[k].via.add(r["op_id"])
             found[k].failed((None, r["reason_kind"], r["min_macos"]))
+        for op in fell_back:
+            unsure(op, FALLBACK)
         if status == PASS or (status == SKIP and r["check_kind"] == "shape"):
             kind = "good" if status == PASS else "unchecked"
             for op, k in each(ops):
@@ -163,7 +179,8 @@ def evidence(conn, run_id, dtypes=None, by_variant=False):
                     found[k].good_via.add(r["op_id"])
             else:  # the target decomposed one of `others` into what fell back
                 unplaced.append((others, {op: [keys(op, [d]) for d in own(op)] for op in others},
-                                 {op: keys(op, failed_in(op)) for op in others}, FALLBACK, r["op_id"],
+                                 {op: keys(op, failed_in(op)) for op in others},
+                                 {op: keys(op, unsure_in(op)) for op in others}, FALLBACK, r["op_id"],
                                  (None, r["reason_kind"], r["min_macos"])))
         elif at_transfer:
             # Refused while its inputs moved: the dtype itself is refused, so every op the
@@ -179,6 +196,7 @@ def evidence(conn, run_id, dtypes=None, by_variant=False):
                     found[k].blamed[status] += 1
                     found[k].via.add(r["op_id"])
                     found[k].failed(why)
+                unsure(named, status)
             if not named or named not in ops:
                 if not ops and r["aten_name"]:
                     # A crash or hang records no ops; the OpInfo's own aten op is the suspect.
@@ -186,9 +204,10 @@ def evidence(conn, run_id, dtypes=None, by_variant=False):
                     for k in keys(ops[0], [dtype]):
                         found[k].via.add(r["op_id"])
                 unplaced.append((ops, {op: [keys(op, [d]) for d in own(op)] for op in ops},
-                                 {op: keys(op, failed_in(op)) for op in ops}, status, r["op_id"], why))
+                                 {op: keys(op, failed_in(op)) for op in ops},
+                                 {op: keys(op, unsure_in(op)) for op in ops}, status, r["op_id"], why))
 
-    for ops, cleared_by, filed_under, status, op_id, why in unplaced:
+    for ops, cleared_by, filed_under, unsure_under, status, op_id, why in unplaced:
         # Only another probe op's passing case clears an op, in every dtype it ran in:
         # the same op passing with other inputs does not (the failure may be in those
         # inputs' path).
@@ -204,6 +223,10 @@ def evidence(conn, run_id, dtypes=None, by_variant=False):
                     found[k].suspect[status] += 1
                 elif not open_ops:
                     found[k].input_specific[status] += 1
+            if len(open_ops) == 1 and op in open_ops:
+                for k in unsure_under[op]:
+                    found[k].via.add(op_id)
+                    found[k].unsure[status] += 1
     found = dict(found)
     if dtypes:
         found = {k: ev for k, ev in found.items() if k[1] in dtypes}
@@ -258,6 +281,11 @@ def verdict(ev):
         return FALLBACK, FALLBACK, f"falls back to the CPU{how}{passes}"
     if failures[MISMATCH]:
         return MISMATCH, MISMATCH, f"wrong numbers{how}{passes}"
+    if ev.unsure:
+        cases = ", ".join(f"{n} {s}" for s, n in ev.unsure.items())
+        return UNKNOWN, None, (f"a case that ran it in this dtype and others failed on it ({cases}); "
+                               "which dtype failed is not known" +
+                               (f"; passes in {ev.good} other case(s)" if ev.good else ""))
     caveat = ""
     if ev.input_specific:
         caveat = "; " + ", ".join(f"{n} {s}" for s, n in ev.input_specific.items()) + \
