@@ -23,7 +23,7 @@ RESULT_FIELDS = (
     "nonfinite_mismatch", "signal", "ref_ms", "target_ms", "speedup", "duration_s",
     "min_macos", "precision_mode", "stderr_tail",
 )
-JSON_RESULT_FIELDS = ("notes", "aten_variants")
+JSON_RESULT_FIELDS = ("notes", "aten_variants", "aten_dtypes")
 # Run facts a describe() or the options may carry beyond schema 1's.
 JSON_RUN_FIELDS = ("precision_modes", "device_env")
 

@@ -163,7 +163,9 @@ NEVER_PROBED = "never probed anywhere"             # no case of the run dispatch
 OTHER_DTYPES = "probed only in other dtypes"
 RELATED_ONLY = "only a related variant probed"     # its in-place/out-of-place form, another overload
 FAILING_ONLY = "only seen in failing cases"        # dispatched, but never proven either way
-CONFIDENCES = (NEVER_PROBED, OTHER_DTYPES, RELATED_ONLY, FAILING_ONLY)
+# A case that ran the op in this dtype and others failed on it: which call failed is not known.
+DTYPE_UNSURE = "failed in a case that ran it in several dtypes"
+CONFIDENCES = (NEVER_PROBED, OTHER_DTYPES, RELATED_ONLY, FAILING_ONLY, DTYPE_UNSURE)
 
 # The start of the reason of a case refused while its inputs moved to the target
 # (MPS refuses float64 there): nothing ran on the target.

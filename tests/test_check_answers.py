@@ -281,12 +281,18 @@ def test_float16_widens_what_the_cpu_cannot_run_and_keeps_float64(probe_db, run_
 def test_unknowns_say_how_much_is_known(checked, probe_db, run_cli, tmp_path):
     found = answers(checked["volume_fft.py"][1])
     assert found["aten::grid_sampler_3d", "float32"]["confidence"] == NEVER_PROBED
-    assert found["aten::_fft_c2r", "complex64"]["confidence"] == OTHER_DTYPES
+    # irfft2's float32 cases ran _fft_c2r on complex64: the model's complex64 call is answered.
+    assert found["aten::_fft_c2r", "complex64"]["class"] == "ok"
     listed = tmp_path / "ops.json"
-    listed.write_text(json.dumps({"ops": [{"aten_op": "aten::add_.Scalar", "dtype": "float32"}]}))
-    related = report(run_cli, listed, "--db", probe_db)[1]["ops"][0]
+    listed.write_text(json.dumps({"ops": [{"aten_op": "aten::add_.Scalar", "dtype": "float32"},
+                                          {"aten_op": "aten::add.Tensor", "dtype": "int64"}]}))
+    listed_answers = answers(report(run_cli, listed, "--db", probe_db)[1])
+    related = listed_answers["aten::add_.Scalar", "float32"]
+    elsewhere = listed_answers["aten::add.Tensor", "int64"]
     assert related["class"] == "unknown" and related["confidence"] == RELATED_ONLY
     assert "aten::add.Tensor" in related["note"]
+    assert elsewhere["class"] == "unknown" and elsewhere["confidence"] == OTHER_DTYPES
+    assert elsewhere["note"] == "never probed in int64 (probed in float32, float64)"
 
 
 def test_a_refusal_naming_another_dtype_condemns_nothing(tmp_path):

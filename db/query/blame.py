@@ -18,6 +18,12 @@ failing case must not condemn every op it touched. The rules:
   tensors), by a message naming the case's own dtype, condemns every op its
   CPU reference dispatched, in that dtype: the dtype is refused, whatever the op.
 
+- an op counts under the dtypes it ran in (a float32 irfft2 case runs
+  `_fft_c2r` on complex64), as a model's calls are filed; a failure blamed on
+  it stays under the case's dtype, and goes under the op's own dtype as well
+  only when the case ran it in that one dtype alone; in its other dtypes such a
+  failure leaves it unknown (which call failed is not known), never working.
+
 The aten ops recorded for a case are what its CPU reference dispatched, and a
 model's ops are captured on the CPU too, so both sides use the same names
 (`aten::add.Tensor`, `aten::_fft_r2c`), and the same kernel variants
@@ -53,6 +59,8 @@ class Evidence:
     min_macos: set = field(default_factory=set)           # macOS versions the failures name
     timings: list = field(default_factory=list)     # (ref_ms, target_ms) of single-op cases
     allowed: Counter = field(default_factory=Counter)   # passes by a derived allowance: reason -> cases
+    # status -> failing cases that ran the op in this dtype and others, failing on it in one
+    unsure: Counter = field(default_factory=Counter)
 
     @property
     def failures(self):
@@ -66,7 +74,8 @@ class Evidence:
                         self.input_specific + other.input_specific,
                         self.at_transfer + other.at_transfer, self.via | other.via,
                         self.messages + other.messages, self.kinds + other.kinds,
-                        self.min_macos | other.min_macos, self.timings + other.timings)
+                        self.min_macos | other.min_macos, self.timings + other.timings,
+                        self.allowed + other.allowed, self.unsure + other.unsure)
 
     def failed(self, why):
         """Keep one failure's (message, reason kind, minimum macOS)."""
@@ -86,43 +95,69 @@ def _json_list(text):
 def evidence(conn, run_id, dtypes=None, by_variant=False):
     """{(aten op, dtype): Evidence} for one run (optionally only some dtypes).
 
+    Each op is filed under the dtypes it ran in (results.aten_dtypes, filed as a
+    model's calls are: a float32 irfft2 case runs `_fft_c2r` on complex64), or
+    under the case's dtype where the case recorded none. A failure blamed on an op
+    is filed under the case's dtype, and under the op's own dtype too when it ran
+    in that one alone (failed_in).
+
     `by_variant`: {(aten op, dtype, variant): Evidence} instead, a case counting
     under each kernel variant of the op it ran (results.aten_variants; variant
     None where a case recorded none), so a failure of 5-D convolutions is kept
     apart from the 2-D ones. Only another probe op's passing case of the same
     variant then clears an op of a failure.
     """
-    where, params = "results.run_id = ?", [run_id]
-    if dtypes:
-        where += f" AND results.dtype IN ({', '.join('?' for _ in dtypes)})"
-        params += list(dtypes)
-    rows = _rows(conn, f"""
+    rows = _rows(conn, """
         SELECT results.op_id, results.dtype, results.status, results.check_kind,
                results.aten_op, results.fallback_ops, results.aten_ops, results.aten_variants,
-               results.reason, results.reason_kind, results.min_macos,
+               results.aten_dtypes, results.reason, results.reason_kind, results.min_macos,
                results.message, results.notes, results.ref_ms, results.target_ms, ops.aten_name
-        FROM results LEFT JOIN ops ON ops.id = results.op_id WHERE {where}""", params)
+        FROM results LEFT JOIN ops ON ops.id = results.op_id WHERE results.run_id = ?""", [run_id])
     found = defaultdict(Evidence)
-    unplaced = []   # (ops, keys, status, op_id, message): failures no message pins on one op
+    # (ops, cleared by, filed under, unsure under, status, op_id, why): failures no message pins on one op
+    unplaced = []
 
     for r in rows:
         ops, fell_back, dtype, status = _json_list(r["aten_ops"]), _json_list(r["fallback_ops"]), r["dtype"], r["status"]
         variants = json.loads(r["aten_variants"]) if r["aten_variants"] else {}
+        ran_in = json.loads(r["aten_dtypes"]) if r["aten_dtypes"] else {}
 
-        def keys(op):
+        def own(op):
+            """The dtypes `op` ran in: passes and where it was probed are filed there."""
+            return ran_in.get(op) or [dtype]
+
+        def failed_in(op):
+            """Where a failure blamed on `op` is filed: the case's dtype, and the op's own
+            when it ran in that one alone (a float32 irfft2 failing on `_fft_c2r`)."""
+            mine = own(op)
+            return [dtype] + [d for d in mine if d != dtype] if len(mine) == 1 else [dtype]
+
+        def unsure_in(op):
+            """The op's other dtypes, where a failure blamed on it may have been."""
+            return [d for d in own(op) if d not in failed_in(op)]
+
+        def unsure(op, status):
+            for k in keys(op, unsure_in(op)):
+                found[k].unsure[status] += 1
+                found[k].via.add(r["op_id"])
+
+        def keys(op, in_dtypes):
             if not by_variant:
-                return [(op, dtype)]
-            return [(op, dtype, v) for v in variants.get(op) or [None]]
+                return [(op, d) for d in in_dtypes]
+            return [(op, d, v) for d in in_dtypes for v in variants.get(op) or [None]]
 
-        def each(op_list):
-            return [(op, k) for op in op_list for k in keys(op)]
+        def each(op_list, where=own):
+            return [(op, k) for op in op_list for k in keys(op, where(op))]
         why = (r["message"] or r["reason"], r["reason_kind"], r["min_macos"])
-        for op, k in each(ops):
+        at_transfer = status in FAILED and ops and _refuses_its_dtype(r)
+        for op, k in each(ops, (lambda op: [dtype]) if at_transfer else own):
             found[k].via.add(r["op_id"])
-        for op, k in each(fell_back):
+        for op, k in each(fell_back, failed_in):
             found[k].blamed[FALLBACK] += 1
             found[k].via.add(r["op_id"])
             found[k].failed((None, r["reason_kind"], r["min_macos"]))
+        for op in fell_back:
+            unsure(op, FALLBACK)
         if status == PASS or (status == SKIP and r["check_kind"] == "shape"):
             kind = "good" if status == PASS else "unchecked"
             for op, k in each(ops):
@@ -134,7 +169,7 @@ def evidence(conn, run_id, dtypes=None, by_variant=False):
                 for op, k in each(ops):
                     found[k].allowed[r["reason"].replace("matches the CPU ", "")] += 1
             if status == PASS and len(ops) == 1 and r["target_ms"] is not None:
-                for k in keys(ops[0]):
+                for k in keys(ops[0], own(ops[0])):
                     found[k].timings.append((r["ref_ms"], r["target_ms"]))
         elif status == FALLBACK:
             others = [op for op in ops if op not in fell_back]
@@ -143,36 +178,44 @@ def evidence(conn, run_id, dtypes=None, by_variant=False):
                     found[k].good += 1
                     found[k].good_via.add(r["op_id"])
             else:  # the target decomposed one of `others` into what fell back
-                unplaced.append((others, {op: keys(op) for op in others}, FALLBACK, r["op_id"],
+                unplaced.append((others, {op: [keys(op, [d]) for d in own(op)] for op in others},
+                                 {op: keys(op, failed_in(op)) for op in others},
+                                 {op: keys(op, unsure_in(op)) for op in others}, FALLBACK, r["op_id"],
                                  (None, r["reason_kind"], r["min_macos"])))
-        elif status in FAILED and ops and _refuses_its_dtype(r):
+        elif at_transfer:
             # Refused while its inputs moved: the dtype itself is refused, so every op the
             # CPU dispatched for it is (under the names the CPU, and a model, dispatch).
-            for op, k in each(ops):
+            for op, k in each(ops, lambda op: [dtype]):
                 found[k].blamed[status] += 1
                 found[k].at_transfer += 1
                 found[k].failed(why)
         elif status in FAILED:
             named = r["aten_op"]
             if named:
-                for k in keys(named):
+                for k in keys(named, failed_in(named)):
                     found[k].blamed[status] += 1
                     found[k].via.add(r["op_id"])
                     found[k].failed(why)
+                unsure(named, status)
             if not named or named not in ops:
                 if not ops and r["aten_name"]:
                     # A crash or hang records no ops; the OpInfo's own aten op is the suspect.
                     ops = [f"aten::{r['aten_name']}"]
-                    for k in keys(ops[0]):
+                    for k in keys(ops[0], [dtype]):
                         found[k].via.add(r["op_id"])
-                unplaced.append((ops, {op: keys(op) for op in ops}, status, r["op_id"], why))
+                unplaced.append((ops, {op: [keys(op, [d]) for d in own(op)] for op in ops},
+                                 {op: keys(op, failed_in(op)) for op in ops},
+                                 {op: keys(op, unsure_in(op)) for op in ops}, status, r["op_id"], why))
 
-    for ops, keys, status, op_id, why in unplaced:
-        # Only another probe op's passing case clears an op: the same op passing
-        # with other inputs does not (the failure may be in those inputs' path).
-        open_ops = [op for op in ops if not any(found[k].good_via - {op_id} for k in keys[op])]
+    for ops, cleared_by, filed_under, unsure_under, status, op_id, why in unplaced:
+        # Only another probe op's passing case clears an op, in every dtype it ran in:
+        # the same op passing with other inputs does not (the failure may be in those
+        # inputs' path).
+        open_ops = [op for op in ops if not all(any(found[k].good_via - {op_id} for k in in_dtype)
+                                                for in_dtype in cleared_by[op])]
         for op in ops:
-            for k in keys[op]:
+            for k in filed_under[op]:
+                found[k].via.add(op_id)
                 if len(open_ops) == 1 and op in open_ops:
                     found[k].inferred[status] += 1
                     found[k].failed(why)
@@ -180,7 +223,14 @@ def evidence(conn, run_id, dtypes=None, by_variant=False):
                     found[k].suspect[status] += 1
                 elif not open_ops:
                     found[k].input_specific[status] += 1
-    return dict(found)
+            if len(open_ops) == 1 and op in open_ops:
+                for k in unsure_under[op]:
+                    found[k].via.add(op_id)
+                    found[k].unsure[status] += 1
+    found = dict(found)
+    if dtypes:
+        found = {k: ev for k, ev in found.items() if k[1] in dtypes}
+    return found
 
 
 def _refuses_its_dtype(row):
@@ -231,6 +281,11 @@ def verdict(ev):
         return FALLBACK, FALLBACK, f"falls back to the CPU{how}{passes}"
     if failures[MISMATCH]:
         return MISMATCH, MISMATCH, f"wrong numbers{how}{passes}"
+    if ev.unsure:
+        cases = ", ".join(f"{n} {s}" for s, n in ev.unsure.items())
+        return UNKNOWN, None, (f"a case that ran it in this dtype and others failed on it ({cases}); "
+                               "which dtype failed is not known" +
+                               (f"; passes in {ev.good} other case(s)" if ev.good else ""))
     caveat = ""
     if ev.input_specific:
         caveat = "; " + ", ".join(f"{n} {s}" for s, n in ev.input_specific.items()) + \

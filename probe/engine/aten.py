@@ -224,21 +224,29 @@ class AtenCapture(TorchDispatchMode):
 
 class _OpsAndShapes(TorchDispatchMode):
     """The lean recorder a case needs: the aten ops in first-dispatch order, and
-    each op's first (successful) call's input shapes. It flattens a call's
-    arguments only the first time an op is seen: a case dispatches the same few
-    ops over and over."""
+    each op's first (successful) call's input shapes, taken only the first time
+    an op is seen: a case dispatches the same few ops over and over. `variants`
+    and `dtypes` keep, per op, every call's kernel variant and the dtypes it is
+    filed under (filed_dtypes, as a model's calls are: a float32 irfft2 runs
+    `_fft_c2r` on complex64)."""
 
     def __init__(self, shapes):
         super().__init__()
         self._seen = {}
         self.shapes = shapes
         self.variants = {}
+        self.dtypes = {}
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         name = _NAMES.get(func) or _NAMES.setdefault(func, aten_name(func))
         kwargs = kwargs or {}
         self._seen.setdefault(name, None)
-        out = func(*args, **kwargs)
+        try:
+            out = func(*args, **kwargs)
+        except Exception:
+            self._file(name, args, kwargs, None)   # the call that raised ran in these
+            raise
+        self._file(name, args, kwargs, out)
         if name not in self.shapes:
             self.shapes[name] = [tuple(x.shape) for x in tree_flatten((args, kwargs))[0]
                                  if isinstance(x, torch.Tensor)]
@@ -248,9 +256,20 @@ class _OpsAndShapes(TorchDispatchMode):
             pass
         return out
 
+    def _file(self, name, args, kwargs, out):
+        try:
+            filed = filed_dtypes(name, args, kwargs, out)
+        except Exception:   # an argument of an unexpected kind: the op stays unfiled
+            return
+        self.dtypes.setdefault(name, set()).update(d for d in filed if d is not None)
+
     def variants_json(self):
         """{op: [variants]}, sorted: what a case records in results.aten_variants."""
         return {name: sorted(kinds) for name, kinds in self.variants.items()}
+
+    def dtypes_json(self):
+        """{op: [dtypes]}, sorted: what a case records in results.aten_dtypes."""
+        return {name: sorted(found) for name, found in self.dtypes.items() if found}
 
     @property
     def ops(self):
@@ -269,7 +288,7 @@ def recorder_with_shapes():
 
 
 def recorded_once(cache, key, run):
-    """(ops, first-call shapes, variants) of what `run(recorder)` dispatches inside the
+    """(ops, first-call shapes, variants, dtypes) of what `run(recorder)` dispatches inside the
     recorder it is given, cached under `key` (an op, dtype and sample signature
     dispatch the same ops every time). An exception ends the recording, not the case:
     the ops dispatched before it are kept."""
@@ -280,7 +299,7 @@ def recorded_once(cache, key, run):
         run(recorder)
     except Exception:
         pass
-    recorded = (recorder.ops, shapes, recorder.variants_json())
+    recorded = (recorder.ops, shapes, recorder.variants_json(), recorder.dtypes_json())
     if cache is not None:
         cache[key] = recorded
     return recorded

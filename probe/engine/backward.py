@@ -160,9 +160,9 @@ def run_backward_case(op, dtype, sample, target, op_key, timing=True, aten_cache
                                      _widened(grad_outputs, truth_outputs))
         except Exception:
             truth_outputs = truth_grads = None  # no float64 backward: judged against the CPU itself
-    aten_ops, aten_shapes, variants = _record_backward(op, record_args, positions, grad_outputs,
+    aten_ops, aten_shapes, variants, dtypes = _record_backward(op, record_args, positions, grad_outputs,
                                                        aten_cache, (op_key, str(dtype), summary))
-    fields = {"aten_ops": aten_ops, "aten_variants": variants}
+    fields = {"aten_ops": aten_ops, "aten_variants": variants, "aten_dtypes": dtypes}
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

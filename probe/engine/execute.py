@@ -103,7 +103,8 @@ def _moved(cpu_args, target):
 
 def _record_aten(op, args, cache, key):
     """The aten ops that `op` dispatches on `args`, their first call's input shapes,
-    and their kernel variants ({op: [variant]}, aten.variant).
+    their kernel variants ({op: [variant]}, aten.variant) and the dtypes they ran in
+    ({op: [dtype]}, aten.filed_dtypes).
 
     A call of its own, whose output is discarded: under a dispatch mode some
     kernels compute differently (complex pinv does), so the reference never runs
@@ -157,8 +158,8 @@ def run_case(op, dtype, sample, target, nondeterministic=False, timing=True, unc
         fields = refusal(e)
         fields["reason"] = f"{REFUSED_AT_TRANSFER}: {fields['reason']}"
         # Nothing ran on the target: the ops the CPU dispatches are the ones refused.
-        aten_ops, _, variants = _record_aten(op, record_args, aten_cache, key)
-        return dict(fields, aten_ops=aten_ops, aten_variants=variants,
+        aten_ops, _, variants, dtypes = _record_aten(op, record_args, aten_cache, key)
+        return dict(fields, aten_ops=aten_ops, aten_variants=variants, aten_dtypes=dtypes,
                     duration_s=time.perf_counter() - started)
     shape_only = nondeterministic or (judge.shape_only(op_key) if op_key else False)
     values = not (shape_only or random)
@@ -178,8 +179,8 @@ def run_case(op, dtype, sample, target, nondeterministic=False, timing=True, unc
             truth_out = _call(op, truth_args)
         except Exception:
             truth_out = None  # float64 unsupported for this op: judge against the CPU itself
-    aten_ops, aten_shapes, variants = _record_aten(op, record_args, aten_cache, key)
-    fields["aten_ops"], fields["aten_variants"] = aten_ops, variants
+    aten_ops, aten_shapes, variants, dtypes = _record_aten(op, record_args, aten_cache, key)
+    fields.update(aten_ops=aten_ops, aten_variants=variants, aten_dtypes=dtypes)
 
     notes = {}
     with warnings.catch_warnings(record=True) as caught:

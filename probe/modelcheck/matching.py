@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from typing import Optional
 
 from mpsprobe.db.query import blame
-from mpsprobe.vocabulary import (FAILING_ONLY, FALLBACK, MISMATCH, NEVER_PROBED, OTHER_DTYPES,
-                                 RELATED_ONLY, UNKNOWN, UNSUPPORTED)
+from mpsprobe.vocabulary import (DTYPE_UNSURE, FAILING_ONLY, FALLBACK, MISMATCH, NEVER_PROBED,
+                                 OTHER_DTYPES, RELATED_ONLY, UNKNOWN, UNSUPPORTED)
 
 FAILING = (UNSUPPORTED, MISMATCH, FALLBACK)
 
@@ -100,7 +100,9 @@ class Evidence:
                          f"the target refuses {dtype} tensors ({cases} probe case(s) refused "
                          f"while moving their inputs); this op was never probed in {dtype}", ev)
         if found.ev is not None and found.ev.via:
-            return Match(UNKNOWN, None, found.note, found.ev, found.confidence or FAILING_ONLY)
+            unsure = found.ev.unsure and not found.ev.failures
+            return Match(UNKNOWN, None, found.note, found.ev,
+                         found.confidence or (DTYPE_UNSURE if unsure else FAILING_ONLY))
         elsewhere = blame.other_dtypes(self.found, op, dtype)
         if elsewhere:
             return Match(UNKNOWN, None, f"never probed in {dtype} (probed in {', '.join(elsewhere)})",
