@@ -66,3 +66,13 @@ def test_rerunning_the_same_command_adds_nothing(cpu_db, rows, run_cli, summary)
     assert summary(result)["cases"] == before
     assert rows(cpu_db, "SELECT count(*) AS n FROM results")[0]["n"] == before
     assert len(rows(cpu_db, "SELECT * FROM runs")) == 1
+
+
+def test_without_a_terminal_progress_is_a_line_not_a_bar(run_cli, tmp_path):
+    import re
+    result = run_cli("run", "--db", tmp_path / "log.db", "--device", "cpu", "--ops", "add,mul",
+                     "--dtypes", "float32", "--samples", 1, "--passes", "forward")
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert "cases" not in lines     # click's bar, when not on a terminal, printed only its label
+    assert any(re.fullmatch(r"2 cases, 2/2 pairs  pass 2", line) for line in lines), result.output

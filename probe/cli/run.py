@@ -6,6 +6,8 @@ import click
 from mpsprobe.cli import output
 from mpsprobe.vocabulary import PASSES, STATUSES
 
+LOG_EVERY_S = 10   # without a terminal, a progress line at most this often
+
 
 @click.command()
 @click.option("--db", "db_path", default="mpsprobe.db", show_default=True,
@@ -76,6 +78,8 @@ def run(db_path, device, ops, dtypes, samples, timing, workers, timeout, mps_fal
         # One unit on the bar, cases: each pair is expected to give `samples`
         # cases, and the bar is set right when a pair gives fewer.
         progress["total_pairs"] = len(todo)
+        if not sys.stderr.isatty():
+            return    # a log, not a terminal: a line now and then (on_pair), no bar
         bar = click.progressbar(length=len(todo) * samples, label="cases", file=sys.stderr,
                                 show_pos=True, show_eta=True,
                                 item_show_func=lambda _: output.bar_line(progress, counts))
@@ -84,12 +88,19 @@ def run(db_path, device, ops, dtypes, samples, timing, workers, timeout, mps_fal
     def on_case(pair, index, result):
         counts[result["status"]] += 1
         progress["cases"] += 1
-        bar.update(1)
+        if bar is not None:
+            bar.update(1)
+
+    last_line = [time.monotonic()]
 
     def on_pair(pair, n):
         progress["pairs"] += 1
-        if n < samples:
-            bar.update(samples - n)
+        if bar is not None:
+            if n < samples:
+                bar.update(samples - n)
+        elif time.monotonic() - last_line[0] >= LOG_EVERY_S or progress["pairs"] == progress["total_pairs"]:
+            last_line[0] = time.monotonic()
+            click.echo(f"{progress['cases']} cases, {output.bar_line(progress, counts)}", err=True)
     try:
         run = mpsprobe.probe(ops, dtypes, device, samples, db_path, timing=timing, workers=workers,
                              timeout=timeout, mps_fallback=mps_fallback, shard=shard, passes=passes,
