@@ -39,7 +39,7 @@ def plan_line(device, ops, dtypes, samples, db_path, shard=None, torch_spec="cur
     torch_part = "" if torch_spec in (None, "current") else f", torch {torch_spec}"
     shard_part = f", shard {shard}" if shard else ""
     return (f"mpsprobe run: {target}{torch_part}; ops {ops or 'all'}; dtypes {dtypes or 'all on the CPU'}; "
-            f"{samples} samples per (op, dtype){shard_part}; recording into {db_path}")
+            f"{samples} sample{'' if samples == 1 else 's'} per (op, dtype){shard_part}; recording into {db_path}")
 
 
 def bar_line(progress, counts):
