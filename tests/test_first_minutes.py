@@ -11,7 +11,7 @@ def test_run_says_what_it_will_do_before_loading_then_summarises_with_the_time(t
     assert result.exit_code == 0, result.output
     lines = [l for l in result.output.splitlines() if l.strip()]
     # The order a user sees: what will run, the catalogue stage, the target, the bar, the summary.
-    assert lines[0].startswith("mpsprobe run: device cpu; ops add; dtypes float32; 1 samples")
+    assert lines[0].startswith("mpsprobe run: device cpu; ops add; dtypes float32; 1 sample per")
     assert str(db) in lines[0]
     assert lines[1].startswith("loading the op catalogue")
     assert lines[2].startswith("target: cpu")
