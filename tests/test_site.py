@@ -643,7 +643,7 @@ def test_grid_counts_only_ops_it_has_rows_for(site_db, tmp_path, rows):
         {r["op_id"] for r in rows(site_db, "SELECT DISTINCT op_id FROM results")})
 
 
-def test_grid_filters_and_links(ds, site_db):
+def test_grid_filters_and_links(ds, site_db, rows):
     page = get(ds, "/-/grid?op=hist").text
     ops = set(re.findall(r'<th class="mp-op"><a href="/-/op/([^"]+)">', page))
     assert ops == {"histc"}
@@ -653,11 +653,9 @@ def test_grid_filters_and_links(ds, site_db):
     page = get(ds, "/-/grid?op=histc&dtype=float32").text
     assert "/cell_cases?run_id=" in html.unescape(page)
     backward = {r["op_id"] for r in get(ds, "/-/grid.json?pass=backward").json()["rows"]}
-    with sqlite3.connect(site_db) as conn:
-        measured = {op for (op,) in conn.execute("SELECT DISTINCT op_id FROM results WHERE pass = 'backward'")}
-        forward_only = {op for (op,) in conn.execute(
-            "SELECT DISTINCT op_id FROM results WHERE op_id NOT IN "
-            "(SELECT op_id FROM results WHERE pass = 'backward')")}
+    measured = {r["op_id"] for r in rows(site_db, "SELECT DISTINCT op_id FROM results WHERE pass = 'backward'")}
+    forward_only = {r["op_id"] for r in rows(site_db, "SELECT DISTINCT op_id FROM results WHERE op_id NOT IN "
+                                                      "(SELECT op_id FROM results WHERE pass = 'backward')")}
     assert backward and backward <= measured and not backward & forward_only
 
 

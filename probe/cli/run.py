@@ -91,15 +91,16 @@ def run(db_path, device, ops, dtypes, samples, timing, workers, timeout, mps_fal
         if bar is not None:
             bar.update(1)
 
-    last_line = [time.monotonic()]
+    last_line = time.monotonic()
 
     def on_pair(pair, n):
+        nonlocal last_line
         progress["pairs"] += 1
         if bar is not None:
             if n < samples:
                 bar.update(samples - n)
-        elif time.monotonic() - last_line[0] >= LOG_EVERY_S or progress["pairs"] == progress["total_pairs"]:
-            last_line[0] = time.monotonic()
+        elif time.monotonic() - last_line >= LOG_EVERY_S or progress["pairs"] == progress["total_pairs"]:
+            last_line = time.monotonic()
             click.echo(f"{progress['cases']} cases, {output.bar_line(progress, counts)}", err=True)
     try:
         run = mpsprobe.probe(ops, dtypes, device, samples, db_path, timing=timing, workers=workers,
