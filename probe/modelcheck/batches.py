@@ -120,11 +120,11 @@ def _dtype(loaded):
 def sweep(loaded, target, batches, *, train=False, optimizer="sgd", reps=5, warmup=2, budget_s=10.0):
     """model_speed rows (dicts) for `loaded` (a LoadedModel) at each batch size on `target`."""
     mode = TRAINING if train else INFERENCE
-    threads = torch.get_num_threads()
+    threads, dtype = torch.get_num_threads(), _dtype(loaded)
     sides = _sides(loaded, target, train, optimizer)
     rows = []
     for batch in batches:
-        row = {"model": loaded.name, "mode": mode, "dtype": _dtype(loaded), "batch": batch,
+        row = {"model": loaded.name, "mode": mode, "dtype": dtype, "batch": batch,
                "cpu_threads": threads, "note": ""}
         go_on = _time_sides(sides, expand(loaded.inputs, batch), train, row, reps, warmup, budget_s)
         if not go_on:
