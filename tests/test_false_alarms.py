@@ -262,3 +262,39 @@ def test_check_run_answers_a_transformed_weight_gradient_and_a_wrong_one(tmp_pat
         assert line.startswith("✓") and "within the error of float32 summation in any order" in line
     else:
         assert result.exit_code == 1 and line.startswith("≠"), result.output
+
+
+def _decomposition_outputs(ulps_of_norm):
+    """linalg.svd of a float32 matrix of norm ~100 with small elements: the CPU's
+    answer, the float64 truth, and a target whose U is off by `ulps_of_norm` float32
+    epsilons (vectors O(1)), so its rebuilt matrix is off by about that times |A|."""
+    g = torch.Generator().manual_seed(5)
+    a = torch.randn(4, 4, dtype=torch.float64, generator=g) * 0.5
+    a[0, 0] = 100.0
+    cpu = torch.linalg.svd(a.float())
+    truth = torch.linalg.svd(a.float().double())
+    u, s, vh = cpu
+    nudge = torch.randn(u.shape, generator=g).float() * torch.finfo(torch.float32).eps * ulps_of_norm
+    return (u + nudge, s, vh), cpu, truth
+
+
+def test_a_decompositions_rebuilt_matrix_is_judged_relative_to_the_matrixs_norm():
+    """A backward-stable decomposition promises |USVh - A| <= n·eps·|A|, not the last
+    digits of each small element: a target within a few epsilons of the norm passes,
+    one off by a thousandth of the norm does not."""
+    from mpsprobe.engine import ambiguity
+    from mpsprobe.engine.verdict import compare
+
+    def verdict(ulps):
+        target, cpu, truth = _decomposition_outputs(ulps)
+        canon = [ambiguity.canonical("linalg.svd", out, cpu, torch.float32)[0] for out in (target, cpu, truth)]
+        return compare(*canon, torch.float32)
+    target, cpu, truth = _decomposition_outputs(8)
+    rebuilt = target[0] @ torch.diag_embed(target[1]) @ target[2]
+    exact = truth[0] @ torch.diag_embed(truth[1]) @ truth[2]
+    small = exact.abs() < 1
+    # elementwise, a small element of the rebuilt matrix is beyond the float32 floors ...
+    assert ((rebuilt.double() - exact).abs()[small] > 1e-5 + 1.3e-6 * exact.abs()[small]).any()
+    assert verdict(8).ok, verdict(8).reason        # ... but within eps·|A|: a pass
+    wrong = verdict(2e4)                            # a thousandth of |A|: a mismatch
+    assert not wrong.ok and not wrong.undecided

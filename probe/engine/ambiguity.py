@@ -254,6 +254,15 @@ def _svd_parts(op_key, out):
     return u[..., :k], s, vh[..., :k, :]   # full_matrices' completion is not unique
 
 
+def _norm(values):
+    """The matrix's 2-norm from the CPU's eigen/singular values, shaped to divide a
+    batch of rebuilt matrices. A decomposition is accurate relative to the matrix's
+    norm, not elementwise: its rebuilt matrix is compared in units of that norm, so a
+    small element is not held to its own last digits (n·eps·|A| is the promise)."""
+    size = values.detach().abs().amax(dim=-1, keepdim=True).unsqueeze(-1)
+    return torch.where(size > 0, size, torch.ones_like(size))
+
+
 def canonical(op_key, out, cpu_out, dtype):
     """(canonical outputs, positions with no unique answer, why) for a vector-returning op.
 
@@ -276,13 +285,15 @@ def canonical(op_key, out, cpu_out, dtype):
         turned = vectors * _phases(vectors, pivot).conj()
         parts = [values, turned]
         if op_key == "linalg.eigh":
-            parts.append(vectors @ torch.diag_embed(values.to(vectors.dtype)) @ vectors.mH)
+            rebuilt = vectors @ torch.diag_embed(values.to(vectors.dtype)) @ vectors.mH
+            parts.append(rebuilt / _norm(cpu_out[0]).to(rebuilt.dtype))
         repeated = _repeated(cpu_out[0], dtype)
     else:
         u, s, vh = _svd_parts(op_key, out)
-        cu = _svd_parts(op_key, cpu_out)[0]
+        cu, cs, _ = _svd_parts(op_key, cpu_out)
         phase = _phases(u, _pivot(cu))
-        parts = [u * phase.conj(), s, vh * phase.mT, u @ torch.diag_embed(s.to(u.dtype)) @ vh]
+        rebuilt = u @ torch.diag_embed(s.to(u.dtype)) @ vh
+        parts = [u * phase.conj(), s, vh * phase.mT, rebuilt / _norm(cs).to(rebuilt.dtype)]
         repeated = _repeated(cpu_out[1], dtype)
     if repeated:
         vector_positions = (1,) if op_key.startswith("linalg.eig") else (0, 2)
