@@ -256,7 +256,7 @@ def test_search_is_full_text_over_ops_aten_ops_and_messages(ds, site_db, rows):
     assert len(page) == len(expected)
 
 
-def test_search_without_the_index_falls_back_to_substrings(site_db, tmp_path):
+def test_search_without_the_index_falls_back_to_substrings(site_db, tmp_path, rows):
     path = tmp_path / "nofts.db"
     shutil.copy(site_db, path)
     conn = sqlite3.connect(path)
@@ -264,10 +264,24 @@ def test_search_without_the_index_falls_back_to_substrings(site_db, tmp_path):
         for trigger in ("insert", "delete", "update"):
             conn.execute(f"DROP TRIGGER results_fts_{trigger}")
         conn.execute("DROP TABLE results_fts")
+        # One more histc case that crashed: its aten op's row must now say crash,
+        # the worst status, which sorts before the others as text.
+        run_id = conn.execute("SELECT run_id FROM results WHERE op_id = 'histc' LIMIT 1").fetchone()[0]
+        conn.execute("INSERT INTO cases (id, op_id, dtype, sample_index) VALUES ('histc|float32|99', 'histc', 'float32', 99)")
+        conn.execute("INSERT INTO results (run_id, case_id, op_id, dtype, status, aten_ops, pass) VALUES "
+                     "(?, 'histc|float32|99', 'histc', 'float32', 'crash', '[\"aten::histc\"]', 'forward')", [run_id])
     conn.close()
     datasette = make_datasette(path)
     got = query_json(datasette, str(path), "search", q="histc")
     assert {r["kind"] for r in got} == {"op", "aten op", "message"}
+    from mpsprobe.vocabulary import worst
+    cases = {}
+    for r in rows(path, "SELECT r.op_id, r.dtype, r.status, je.value AS aten_op FROM results r, "
+                        "json_each(r.aten_ops) je WHERE je.value LIKE '%histc%'"):
+        cases.setdefault((r["aten_op"], r["op_id"], r["dtype"]), []).append(r["status"])
+    aten_rows = {(r["matched"], r["op_id"], r["dtype"]): r["status"] for r in got if r["kind"] == "aten op"}
+    assert aten_rows == {key: worst(statuses) for key, statuses in cases.items()}
+    assert aten_rows["aten::histc", "histc", "float32"] == "crash"
 
 
 def test_csv_export_still_works(ds, site_db, rows):
