@@ -636,6 +636,33 @@ def test_grid_has_a_column_per_torch_version_and_a_row_per_op(ds, site_db, rows)
             assert cell["k"] == sum(s in WORKING for s in statuses)
 
 
+def test_a_grid_cell_gives_the_reason_of_its_worst_cases(site_db, tmp_path):
+    """A cell whose worst case is refused for its dtype says so, not the reason of a
+    milder case in another dtype (kernel_fallback sorts after dtype as text)."""
+    from mpsprobe.db.query import grid
+    path = tmp_path / "mixed.db"
+    shutil.copy(site_db, path)
+    conn = sqlite3.connect(path)
+    with conn:
+        run_id = conn.execute("SELECT id FROM runs WHERE device = 'fake-mps' "
+                              "ORDER BY torch_version_key DESC LIMIT 1").fetchone()[0]
+        conn.execute("INSERT INTO ops (id, name) VALUES ('zz_mixed', 'zz_mixed')")
+        for dtype, status, kind in (("float16", "unsupported", "dtype"),
+                                    ("float32", "fallback", "kernel_fallback"),
+                                    ("bfloat16", "pass", None)):
+            case = f"zz_mixed|{dtype}|0"
+            conn.execute("INSERT INTO cases (id, op_id, dtype, sample_index) VALUES (?, 'zz_mixed', ?, 0)",
+                         [case, dtype])
+            conn.execute("INSERT INTO results (run_id, case_id, op_id, dtype, status, reason_kind, pass) "
+                         "VALUES (?, ?, 'zz_mixed', ?, ?, ?, 'forward')", [run_id, case, dtype, status, kind])
+    data = grid.grid(conn, op_like="zz_mixed")
+    [cell] = [c for c in data["rows"][0]["cells"] if c and c["run_id"] == run_id]
+    assert (cell["status"], cell["reason_kind"], cell["k"], cell["n"]) == ("unsupported", "dtype", 1, 3)
+    only_working = grid.grid(conn, op_like="zz_mixed", dtype="bfloat16")["rows"][0]["cells"]
+    assert [c["reason_kind"] for c in only_working if c and c["run_id"] == run_id] == [None]
+    conn.close()
+
+
 def test_grid_counts_only_ops_it_has_rows_for(site_db, tmp_path, rows):
     """A model replay's aten ops (`check --run`) have no grid column: no row, and not counted."""
     path = tmp_path / "replay.db"
