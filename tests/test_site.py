@@ -97,6 +97,21 @@ def test_matrix_shows_every_measured_cell_with_its_status(ds, site_db, db_cells,
             assert re.search(rf'st-{status}">{re.escape(symbol)} {status}</span> <small>{n}</small>', page)
 
 
+def test_every_page_gets_the_vocabularys_status_colours(ds):
+    page = get(ds, "/-/matrix").text
+    links = re.findall(r'<link rel="stylesheet" href="([^"]+)"', page)
+    assert links.index("/-/mpsprobe-statuses.css") < links.index("/mpsprobe-static/site.css")
+    css = get(ds, "/-/mpsprobe-statuses.css")
+    assert css.headers["content-type"].startswith("text/css")
+    for status in STATUSES:
+        colours = STATUS[status]
+        assert f"--st-{status}: {colours.colour}; --st-{status}-bg: {colours.background};" in css.text
+        assert f".st-{status} {{ --fg: var(--st-{status}); --bg: var(--st-{status}-bg); }}" in css.text
+    site_css = get(ds, "/mpsprobe-static/site.css").text
+    used = set(re.findall(r"var\((--[\w-]+)", site_css)) - {"--fg", "--bg"}
+    assert used and used <= set(re.findall(r"(--[\w-]+):", css.text))   # every colour it uses is defined
+
+
 def test_fixture_covers_the_statuses_the_site_colours(site_db, rows):
     present = {r["status"] for r in rows(site_db, "SELECT DISTINCT status FROM results")}
     assert {"pass", "fallback", "mismatch", "unsupported", "crash", "timeout"} <= present

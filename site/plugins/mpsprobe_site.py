@@ -19,9 +19,9 @@ from mpsprobe.db.query import (declared as declared_q, history, matrix, op as op
 from mpsprobe.db.query.op import order_dtypes
 from mpsprobe.db.views import inline_missing, quoted, worst_status
 from mpsprobe.site import limits
-from mpsprobe.site.common import (ask, cached, cases_url, get_database, op_url, reason_label, render,
-                                  run_label, status_badge, status_class, status_symbol,
-                                  template_vars, url)
+from mpsprobe.site.common import (STATUS_CSS_PATH, ask, cached, cases_url, get_database, op_url,
+                                  reason_label, render, run_label, status_badge, status_class,
+                                  status_css_page, status_symbol, template_vars, url)
 from mpsprobe.vocabulary import FALLBACK, FORWARD, PASS_COLUMN, PASSES, STATUSES, UNSUPPORTED, is_status
 
 # ---------------------------------------------------------------------------- canned queries
@@ -373,6 +373,7 @@ def register_routes():
         (r"^/-/matrix(\.json)?$", matrix_page),
         (r"^/-/op/(?P<op_id>[^/]+?)(\.json)?$", op_page),
         (r"^/-/compare(\.json)?$", compare_page),
+        (r"^/-/mpsprobe-statuses\.css$", status_css_page),
     ]
 
 
@@ -415,7 +416,8 @@ def render_cell(value, column, table, datasette):
 
 @hookimpl
 def extra_css_urls(datasette):
-    return [datasette.urls.path("/mpsprobe-static/site.css")]
+    # The status colours first (made from the vocabulary), then the site's own CSS that uses them.
+    return [datasette.urls.path(STATUS_CSS_PATH), datasette.urls.path("/mpsprobe-static/site.css")]
 
 
 def plugin_page_path(filename):
