@@ -112,6 +112,35 @@ def test_every_page_gets_the_vocabularys_status_colours(ds):
     assert used and used <= set(re.findall(r"(--[\w-]+):", css.text))   # every colour it uses is defined
 
 
+def test_check_findings_ops_and_the_pages_answer_from_the_same_run(site_db, tmp_path):
+    """One run picker: with an older torch's run recorded last, `check`, `findings`,
+    `ops --db`, the matrix and the check-ops page all answer from the newest torch's run."""
+    import mpsprobe
+    from pathlib import Path
+    from mpsprobe.db.query import runs as runs_q
+    path = tmp_path / "same.db"
+    shutil.copy(site_db, path)
+    conn = sqlite3.connect(path)
+    picked = runs_q.pick_run(conn)
+    accelerated = conn.execute("SELECT id, torch_version_key FROM runs WHERE device != 'cpu' "
+                               "ORDER BY started DESC").fetchall()
+    assert accelerated[0][0] != picked["id"]                      # not the newest start
+    assert picked["torch_version_key"] == max(key for _, key in accelerated)
+    with conn:   # a declaration of the picked run's release, for findings to compare with
+        conn.execute("INSERT INTO declared (torch_version, device, op_id, dtype, status, source, note) "
+                     "VALUES (?, 'mps', 'add', 'float32', 'pass', 'test', NULL)", [picked["torch_version"]])
+    conn.close()
+    model = Path(__file__).parent / "models" / "convnet.py"
+    assert mpsprobe.check_model(str(model), db=path).run["id"] == picked["id"]
+    assert mpsprobe.findings(path)["run"]["id"] == picked["id"]
+    assert mpsprobe.op_statuses(path)[0]["id"] == picked["id"]
+    datasette = make_datasette(str(path))
+    asyncio.run(datasette.invoke_startup())
+    assert get(datasette, "/-/matrix.json").json()["run"]["id"] == picked["id"]
+    page = get(datasette, "/-/check-ops?ops=aten::add.Tensor").text
+    assert re.search(rf'<option value="{picked["id"]}" selected>', page)
+
+
 def test_fixture_covers_the_statuses_the_site_colours(site_db, rows):
     present = {r["status"] for r in rows(site_db, "SELECT DISTINCT status FROM results")}
     assert {"pass", "fallback", "mismatch", "unsupported", "crash", "timeout"} <= present
