@@ -338,6 +338,32 @@ def test_run_survives_a_call_that_aborts_the_process(tmp_path):
     assert run == ("complete", "model")
 
 
+def test_run_survives_a_call_that_hangs(tmp_path, monkeypatch):
+    """A replayed call that hangs costs that call (timeout), as in a sweep; the calls
+    after it are answered by a fresh worker."""
+    import mpsprobe
+    model = tmp_path / "hangs.py"
+    model.write_text(
+        "import torch\n"
+        "class Model(torch.nn.Module):\n"
+        "    def forward(self, x):\n"
+        "        return torch.exp(torch.erfinv(x * 0.5)) + torch.relu(x)\n"
+        "def build():\n"
+        "    return Model(), torch.rand(4, 3)\n")
+    monkeypatch.setenv("FAKE_MPS", json.dumps({"not_implemented": [], "fallback": [], "wrong": {},
+                                               "abort": [], "hang": ["aten::erfinv"]}))
+    path = tmp_path / "hangs.db"
+    report = mpsprobe.check_model(str(model), db=path, run=True, backend=FAKE_MPS, timing=False,
+                                  timeout=5)
+    answers = {o["aten_op"]: (o["class"], o["status"]) for o in report.to_json()["ops"]}
+    assert answers["aten::erfinv"] == ("unsupported", "timeout")
+    assert answers["aten::exp"][0] == "ok" and answers["aten::relu"][0] == "ok"
+    conn = sqlite3.connect(path)
+    statuses = dict(conn.execute("SELECT op_id, status FROM results").fetchall())
+    assert statuses["aten::erfinv"] == "timeout" and statuses["aten::exp"] == "pass"
+    assert conn.execute("SELECT state FROM runs").fetchone() == ("complete",)
+
+
 # ---------------------------------------------------------------- bad input
 
 @pytest.mark.parametrize("source, message", [
