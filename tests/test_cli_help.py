@@ -50,3 +50,29 @@ def test_a_wrong_example_would_be_seen():
         parse_example("mpsprobe run --opps add")
     with pytest.raises(click.BadParameter):
         parse_example("mpsprobe check m.py --fail-on sometimes")
+
+
+def readme_commands():
+    """Every `mpsprobe …` command the README shows in its bash blocks or after a
+    console prompt (a synopsis with [optional] parts aside)."""
+    from pathlib import Path
+    text = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    found = []
+    for kind, block in re.findall(r"```(bash|console)\n(.*?)```", text, re.S):
+        for line in block.splitlines():
+            line = line.strip()
+            if kind == "console":
+                if not line.startswith("$ "):
+                    continue
+                line = line[2:]
+            line = re.sub(r"^\.venv/bin/", "", line.split(" #")[0]).strip()
+            if line.startswith("mpsprobe ") and "[" not in line:
+                found.append(line)
+    return found
+
+
+def test_the_readmes_commands_parse():
+    commands = readme_commands()
+    assert len(commands) > 10 and any(c.startswith("mpsprobe ops ") for c in commands)
+    for line in commands:
+        parse_example(line)
