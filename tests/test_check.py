@@ -311,9 +311,9 @@ def test_run_reports_the_whole_step_as_the_models_speed(tmp_path, monkeypatch):
         in result.output
 
 
-def test_run_survives_a_call_that_aborts_the_process(tmp_path):
-    """--run replays in the sweep's isolated workers: an abort costs one call (crash)."""
-    model = tmp_path / "aborts.py"
+def erfinv_model(folder):
+    """A model file whose erfinv call the fake backend is told to break; exp and relu work."""
+    model = folder / "erfinv_model.py"
     model.write_text(
         "import torch\n"
         "class Model(torch.nn.Module):\n"
@@ -321,6 +321,12 @@ def test_run_survives_a_call_that_aborts_the_process(tmp_path):
         "        return torch.exp(torch.erfinv(x * 0.5)) + torch.relu(x)\n"
         "def build():\n"
         "    return Model(), torch.rand(4, 3)\n")
+    return model
+
+
+def test_run_survives_a_call_that_aborts_the_process(tmp_path):
+    """--run replays in the sweep's isolated workers: an abort costs one call (crash)."""
+    model = erfinv_model(tmp_path)
     path = tmp_path / "aborts.db"
     faults = json.dumps({"not_implemented": [], "fallback": [], "wrong": {},
                          "abort": ["aten::erfinv"], "hang": []})
@@ -342,14 +348,7 @@ def test_run_survives_a_call_that_hangs(tmp_path, monkeypatch):
     """A replayed call that hangs costs that call (timeout), as in a sweep; the calls
     after it are answered by a fresh worker."""
     import mpsprobe
-    model = tmp_path / "hangs.py"
-    model.write_text(
-        "import torch\n"
-        "class Model(torch.nn.Module):\n"
-        "    def forward(self, x):\n"
-        "        return torch.exp(torch.erfinv(x * 0.5)) + torch.relu(x)\n"
-        "def build():\n"
-        "    return Model(), torch.rand(4, 3)\n")
+    model = erfinv_model(tmp_path)
     monkeypatch.setenv("FAKE_MPS", json.dumps({"not_implemented": [], "fallback": [], "wrong": {},
                                                "abort": [], "hang": ["aten::erfinv"]}))
     path = tmp_path / "hangs.db"
