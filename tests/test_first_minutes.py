@@ -124,4 +124,6 @@ def test_on_a_terminal_the_plan_comes_before_torch_loads_and_the_bar_is_cleared(
     wipe = "\r\x1b[2K"
     cleared = text.rindex(wipe)
     assert bar < cleared and text[cleared + len(wipe):].startswith("run ")
+    last_drawn = text[text.rindex("cases", 0, cleared):cleared]
+    assert re.match(r"cases\s+\[#+\]\s+1/1\s+1/1 pairs  pass 1", last_drawn), last_drawn
     assert re.match(r"run \w+: 1 cases in 1 \(op, dtype\) pairs in \d+(\.\d)? s", text[cleared + len(wipe):])
