@@ -45,7 +45,7 @@ WORSE = ("fallback", "unsupported", "mismatch")
 def build(source, path, runs=20):
     """`path` gets the source's schema and runs-many perturbed copies of its newest full run."""
     from mpsprobe.db import schema
-    from mpsprobe.engine.environment import version_key
+    from mpsprobe.versions import version_key
     src = sqlite3.connect(source)
     conn = sqlite3.connect(path)
     src.backup(conn)          # schema, ops, cases and the source run itself

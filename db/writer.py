@@ -1,10 +1,13 @@
 """The one writer: runs, ops, cases and results, a pair's results committed
-together; and what PyTorch declares, one reading at a time.
+together; what PyTorch declares, one reading at a time; and speed ladders and
+model batch sweeps, one op or sweep at a time.
 
 Every transaction is opened and closed here: claiming a run (choosing which
 run to start or resume and marking it running, under SQLite's write lock),
-recording a pair's cases, finishing a run, replacing a declared reading.
+recording a pair's cases, finishing a run, replacing a declared reading,
+recording a ladder or a batch sweep.
 """
+import dataclasses
 import datetime
 import json
 import time
@@ -14,6 +17,7 @@ from mpsprobe.errors import MpsprobeError
 from mpsprobe.versions import version_key
 from mpsprobe.vocabulary import FORWARD, PASS_COLUMN, STATUSES
 from . import files
+from .migrations.m006_speed import MODEL_CROSSOVERS, MODEL_SPEED, SPEED, SPEED_CROSSOVERS
 from .schema import write_transaction
 from .views import status_counts
 
@@ -246,3 +250,35 @@ def record_declared_failure(db, torch_version, device, source, origin, error):
             "device": device, "source": source, "origin": origin, "recorded": now(), "ok": 0,
             "error": error, "n_rows": 0,
         }, pk=("torch_version", "device", "source"))
+
+
+# -- speed: ladders (`bench`) and model batch sweeps (`check --run --batch`) -----
+# Rows arrive as dicts or dataclasses (mpsprobe.engine.ladder.LadderRow) with the
+# columns of db/migrations/m006_speed.py; unknown keys are dropped. Each call
+# commits, so a killed bench keeps every op it finished; re-recording a key
+# replaces the row (a resumed or repeated op in the same run).
+
+def _insert_speed(db, table, columns, run_id, rows):
+    rows = [dict({k: v for k, v in (dataclasses.asdict(r) if dataclasses.is_dataclass(r) else dict(r)).items()
+                  if k in columns}, run_id=run_id) for r in rows]
+    if not rows:
+        return 0
+    names = list(columns)
+    sql = (f'INSERT OR REPLACE INTO "{table}" ({", ".join(names)}) '
+           f'VALUES ({", ".join("?" for _ in names)})')
+    db.conn.executemany(sql, [[r.get(c) for c in names] for r in rows])
+    return len(rows)
+
+
+def record_ladder(db, run_id, rows, crossovers=()):
+    """One op's ladder rows and their crossovers (dicts with speed_crossovers' columns)."""
+    with write_transaction(db.conn):
+        return _insert_speed(db, "speed", SPEED, run_id, rows), \
+            _insert_speed(db, "speed_crossovers", SPEED_CROSSOVERS, run_id, crossovers)
+
+
+def record_model_sweep(db, run_id, rows, crossovers=()):
+    """One model sweep's rows (model_speed's columns) and its crossover."""
+    with write_transaction(db.conn):
+        return _insert_speed(db, "model_speed", MODEL_SPEED, run_id, rows), \
+            _insert_speed(db, "model_crossovers", MODEL_CROSSOVERS, run_id, crossovers)

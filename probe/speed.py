@@ -143,7 +143,7 @@ def bench(ops=None, families=None, device="auto", dtype="float32", passes=BENCH_
     on_op(index, total, record) is called before each op, on_row(row) after
     each row.
     """
-    from mpsprobe.db import speed as store_speed
+    from mpsprobe.db import writer as store_writer
     from mpsprobe.engine import ladder
     records = select_records(ops, families)
     if dtype not in DTYPES:
@@ -171,7 +171,7 @@ def bench(ops=None, families=None, device="auto", dtype="float32", passes=BENCH_
                                      warmup=warmup, rung_budget_s=rung_budget_s, op_budget_s=op_budget_s,
                                      max_size=max_size, max_batch=max_batch, seed=seed)
             summaries = [s for s in ladder.crossover_summaries(rows) if s]
-            store_speed.record_ladder(store, writer.run_id, rows, summaries)
+            store_writer.record_ladder(store, writer.run_id, rows, summaries)
             result.rows += rows
             result.crossovers += summaries
             for row in rows:

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 class Status:
     name: str
     symbol: str      # one character for reports and compact cells, in fonts every machine has
-    colour: str      # CSS colour of the site's cells (with the symbol, so no colour alone carries meaning)
+    colour: str      # the site's text colour for it (with the symbol, so no colour alone carries meaning)
+    background: str  # the site's cell and badge background for it
     label: str       # the words a porter reads in `check`
     meaning: str     # one line, shown on the legend page
 
@@ -20,22 +21,22 @@ class Status:
 # Ordered from least to most severe: a roll-up over several cases reports the
 # worst status present, so `skip` only survives when nothing ran.
 _STATUSES = (
-    Status("skip", "·", "#e5e7eb", "no ground truth",
+    Status("skip", "·", "#57606a", "#eef1f4", "no ground truth",
            "No ground truth for this sample: the reference itself failed, or the sample has no unique answer."),
-    Status("pass", "✓", "#bbf7d0", "native and correct",
+    Status("pass", "✓", "#1a7f37", "#dafbe1", "native and correct",
            "Ran natively on the target and matched the CPU within the tolerance policy."),
-    Status("fallback", "⚠", "#fde68a", "falls back to the CPU",
+    Status("fallback", "⚠", "#9a6700", "#fff1c2", "falls back to the CPU",
            "Ran, but some of the work ran on the CPU (the generic MPS fallback or a kernel's own)."),
-    Status("mismatch", "≠", "#fecaca", "wrong numbers",
+    Status("mismatch", "≠", "#bc4c00", "#ffdfc8", "wrong numbers",
            "Ran natively, but values, distribution, NaN pattern, shape, dtype or device differ beyond tolerance."),
-    Status("unsupported", "✗", "#fca5a5", "unsupported",
+    Status("unsupported", "✗", "#a40e26", "#ffd7dc", "unsupported",
            "The target refused it; the reason kind says why (no kernel, dtype, macOS version, size limit)."),
-    Status("error", "!", "#f9a8d4", "raises an error",
+    Status("error", "!", "#8250df", "#ece2ff", "raises an error",
            "The target raised something else while the reference succeeded: a bug."),
     # ∞, not an hourglass: the hourglass signs (⧗, ⌛) are missing from common fonts or drawn as emoji.
-    Status("timeout", "∞", "#c4b5fd", "hangs",
+    Status("timeout", "∞", "#0b5cad", "#d6e9ff", "hangs",
            "The case exceeded its time budget; the worker was killed."),
-    Status("crash", "☠", "#a78bfa", "crashes the process",
+    Status("crash", "☠", "#ffffff", "#3d1019", "crashes the process",
            "The worker process died on this case (signal and last stderr lines kept)."),
 )
 

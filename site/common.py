@@ -12,7 +12,8 @@ from collections import OrderedDict
 from datasette.utils.asgi import NotFound, Response
 from markupsafe import Markup
 
-from mpsprobe.vocabulary import PASS, PASS_COLUMN, REASON_KIND, REASON_KINDS, STATUS, STATUSES, is_status
+from mpsprobe.vocabulary import (PASS, PASS_COLUMN, REASON_KIND, REASON_KINDS, STATUS, STATUSES, UNSUPPORTED,
+                                  is_status)
 
 
 def get_database(datasette):
@@ -37,6 +38,26 @@ def status_class(value):
     status string from a merged or hand-edited database can never break out of
     the attribute (it is shown escaped as text instead)."""
     return f"st-{value}" if is_status(value) else "st-unknown"
+
+
+def status_css():
+    """The status colours of every page, from the vocabulary: a pair of variables a
+    status (--st-NAME, --st-NAME-bg), a class a status that sets --fg and --bg, and
+    the colours of good and bad news (--mp-good, --mp-bad) for site.css to use."""
+    lines = [":root {"]
+    lines += [f"  --st-{s.name}: {s.colour}; --st-{s.name}-bg: {s.background};" for s in STATUS.values()]
+    lines += [f"  --mp-good: var(--st-{PASS}); --mp-good-bg: var(--st-{PASS}-bg);",
+              f"  --mp-bad: var(--st-{UNSUPPORTED}); --mp-bad-bg: var(--st-{UNSUPPORTED}-bg);", "}"]
+    lines += [f".st-{name} {{ --fg: var(--st-{name}); --bg: var(--st-{name}-bg); }}" for name in STATUSES]
+    return "\n".join(lines) + "\n"
+
+
+STATUS_CSS_PATH = "/-/mpsprobe-statuses.css"
+
+
+async def status_css_page(datasette, request):
+    return Response(status_css(), content_type="text/css; charset=utf-8",
+                    headers={"cache-control": "max-age=3600"})
 
 
 def status_symbol(value):

@@ -116,7 +116,8 @@ FAULTY_OPS = "mul,sub,add,div.no_rounding_mode,maximum,minimum,abs,sin,cos,floor
 @pytest.fixture(scope="session")
 def faulty_sweep(tmp_path_factory):
     """A sweep over the faulty test backend (tests/faulty_backend.py), each fault
-    firing on the first case that reaches it: {"db", "once" (its marker folder), "result"}."""
+    firing on the first case that reaches it: {"db", "ops" (the ops swept), "once"
+    (its marker folder), "result"}."""
     folder = tmp_path_factory.mktemp("faulty")
     once = folder / "once"
     once.mkdir()
@@ -126,7 +127,7 @@ def faulty_sweep(tmp_path_factory):
                       "--workers", 2, "--timeout", 30, "--passes", "forward", "--json",
                       env={"FAULTY": json.dumps(dict(FAULTY_FAULTS, once_dir=str(once)))})
     assert result.exit_code == 0, result.output
-    return {"db": str(db), "once": once, "result": result}
+    return {"db": str(db), "ops": FAULTY_OPS.split(","), "once": once, "result": result}
 
 
 @pytest.fixture(scope="session")

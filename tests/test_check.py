@@ -311,9 +311,9 @@ def test_run_reports_the_whole_step_as_the_models_speed(tmp_path, monkeypatch):
         in result.output
 
 
-def test_run_survives_a_call_that_aborts_the_process(tmp_path):
-    """--run replays in the sweep's isolated workers: an abort costs one call (crash)."""
-    model = tmp_path / "aborts.py"
+def erfinv_model(folder):
+    """A model file whose erfinv call the fake backend is told to break; exp and relu work."""
+    model = folder / "erfinv_model.py"
     model.write_text(
         "import torch\n"
         "class Model(torch.nn.Module):\n"
@@ -321,6 +321,12 @@ def test_run_survives_a_call_that_aborts_the_process(tmp_path):
         "        return torch.exp(torch.erfinv(x * 0.5)) + torch.relu(x)\n"
         "def build():\n"
         "    return Model(), torch.rand(4, 3)\n")
+    return model
+
+
+def test_run_survives_a_call_that_aborts_the_process(tmp_path):
+    """--run replays in the sweep's isolated workers: an abort costs one call (crash)."""
+    model = erfinv_model(tmp_path)
     path = tmp_path / "aborts.db"
     faults = json.dumps({"not_implemented": [], "fallback": [], "wrong": {},
                          "abort": ["aten::erfinv"], "hang": []})
@@ -336,6 +342,25 @@ def test_run_survives_a_call_that_aborts_the_process(tmp_path):
     assert statuses["aten::erfinv"] == "crash" and statuses["aten::exp"] == "pass"
     run = conn.execute("SELECT state, source FROM runs").fetchone()
     assert run == ("complete", "model")
+
+
+def test_run_survives_a_call_that_hangs(tmp_path, monkeypatch):
+    """A replayed call that hangs costs that call (timeout), as in a sweep; the calls
+    after it are answered by a fresh worker."""
+    import mpsprobe
+    model = erfinv_model(tmp_path)
+    monkeypatch.setenv("FAKE_MPS", json.dumps({"not_implemented": [], "fallback": [], "wrong": {},
+                                               "abort": [], "hang": ["aten::erfinv"]}))
+    path = tmp_path / "hangs.db"
+    report = mpsprobe.check_model(str(model), db=path, run=True, backend=FAKE_MPS, timing=False,
+                                  timeout=5)
+    answers = {o["aten_op"]: (o["class"], o["status"]) for o in report.to_json()["ops"]}
+    assert answers["aten::erfinv"] == ("unsupported", "timeout")
+    assert answers["aten::exp"][0] == "ok" and answers["aten::relu"][0] == "ok"
+    conn = sqlite3.connect(path)
+    statuses = dict(conn.execute("SELECT op_id, status FROM results").fetchall())
+    assert statuses["aten::erfinv"] == "timeout" and statuses["aten::exp"] == "pass"
+    assert conn.execute("SELECT state FROM runs").fetchone() == ("complete",)
 
 
 # ---------------------------------------------------------------- bad input

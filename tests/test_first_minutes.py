@@ -69,3 +69,61 @@ def test_read_commands_never_speak_of_creating(run_cli, tmp_path):
     text.write_text("hello")
     result = run_cli("merge", text, "-o", tmp_path / "out.db")
     assert result.exit_code == 2 and f"cannot merge: {text} is not an SQLite database" in result.output
+
+
+def _on_a_terminal(args, timeout=300):
+    """Run `python -X importtime -m mpsprobe ARGS` with stdout and stderr on a
+    pseudo-terminal; returns everything it wrote, in the order it wrote it."""
+    import os
+    import pty
+    import select
+    import subprocess
+    import sys
+    import time
+    master, slave = pty.openpty()
+    env = dict(os.environ, COLUMNS="120", LINES="40", TERM="xterm")
+    child = subprocess.Popen([sys.executable, "-X", "importtime", "-m", "mpsprobe", *map(str, args)],
+                             stdin=subprocess.DEVNULL, stdout=slave, stderr=slave, env=env)
+    os.close(slave)
+    out, deadline = bytearray(), time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            if select.select([master], [], [], 1.0)[0]:
+                try:
+                    chunk = os.read(master, 65536)
+                except OSError:          # the child closed the terminal: it is done
+                    break
+                if not chunk:
+                    break
+                out += chunk
+            elif child.poll() is not None:
+                break
+    finally:
+        os.close(master)
+        child.kill() if child.poll() is None else None
+        child.wait()
+    assert child.returncode == 0, out.decode(errors="replace")[-3000:]
+    return out.decode(errors="replace")
+
+
+def test_on_a_terminal_the_plan_comes_before_torch_loads_and_the_bar_is_cleared(tmp_path):
+    """The order a user sees on a terminal: the plan line and the catalogue stage
+    before this process imports torch, if it ever does (-X importtime reports each
+    import as it ends, in the same stream; the catalogue loads in a worker), then
+    the target, a bar counting cases, wiped, and the summary on the wiped line."""
+    db = tmp_path / "tty.db"
+    text = _on_a_terminal(["run", "--db", db, "--device", "cpu", "--ops", "add", "--dtypes", "float32",
+                           "--samples", 1, "--workers", 1, "--no-timing", "--passes", "forward"])
+    assert text.count("import time:") > 100          # the imports are there to be ordered
+    torch_imports = [m.start() for m in re.finditer(r"^import time:[^\n]*\|\s*torch\b", text, re.M)]
+    plan, stage = text.index("mpsprobe run: device cpu; ops add"), text.index("loading the op catalogue")
+    target = text.index("target: cpu", stage)
+    assert plan < stage < target and all(stage < t for t in torch_imports)
+    bar = text.index("cases", target)
+    assert re.match(r"cases\s+\[[^\]]*\]\s+0/1\s+0/1 pairs", text[bar:]), text[bar:bar + 200]
+    wipe = "\r\x1b[2K"
+    cleared = text.rindex(wipe)
+    assert bar < cleared and text[cleared + len(wipe):].startswith("run ")
+    last_drawn = text[text.rindex("cases", 0, cleared):cleared]
+    assert re.match(r"cases\s+\[#+\]\s+1/1\s+1/1 pairs  pass 1", last_drawn), last_drawn
+    assert re.match(r"run \w+: 1 cases in 1 \(op, dtype\) pairs in \d+(\.\d)? s", text[cleared + len(wipe):])

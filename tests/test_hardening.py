@@ -19,8 +19,6 @@ from pathlib import Path
 import pytest
 
 
-from conftest import FAULTY_OPS
-
 TESTS = Path(__file__).parent
 
 # --------------------------------------------------------------- kill -9, resume
@@ -116,12 +114,12 @@ def test_garbage_on_stdout_and_stderr_does_not_corrupt_results(faulty_db, rows):
     assert {r["status"] for r in got} == {"pass"}
 
 
-def test_faulty_sweep_is_complete_and_accounted_for(faulty_db, rows):
+def test_faulty_sweep_is_complete_and_accounted_for(faulty_sweep, faulty_db, rows):
     runs = rows(faulty_db, "SELECT * FROM runs")
     assert [r["state"] for r in runs] == ["complete"]
     results = rows(faulty_db, "SELECT case_id, status FROM results")
     pairs = rows(faulty_db, "SELECT op_id, n_cases FROM pairs_done")
-    assert len(pairs) == len(FAULTY_OPS.split(","))
+    assert sorted(p["op_id"] for p in pairs) == sorted(faulty_sweep["ops"])
     assert sum(p["n_cases"] for p in pairs) == len(results) == runs[0]["cases_total"]
     not_passing = sorted(r["case_id"] for r in results if r["status"] != "pass")
     assert not_passing == sorted(f"{op}|float32|0" for op in

@@ -6,7 +6,7 @@ import sqlite3
 import pytest
 
 from mpsprobe.db import merge as merge_module, schema
-from mpsprobe.engine.environment import version_key
+from mpsprobe.versions import version_key
 
 
 COUNTED = ("runs", "ops", "cases", "results", "pairs_done")

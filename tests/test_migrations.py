@@ -157,6 +157,23 @@ def test_databases_the_old_code_wrote_upgrade_to_what_a_new_one_is(tmp_path, nam
     assert result.exit_code == 0, result.output
 
 
+def test_migration_1_still_builds_the_tables_schema_1_shipped(tmp_path, old_databases):
+    """Append-only: step 1 on an empty file makes exactly the tables and indexes of
+    the schema-1 database the first release wrote (its views now live in db/views.py)."""
+    import sqlite_utils
+    from mpsprobe.db.migrations import m001_initial
+
+    def tables(conn):
+        return {(kind, name): sql for kind, name, sql in conn.execute(
+            "SELECT type, name, sql FROM sqlite_master WHERE type IN ('table', 'index') "
+            "AND name NOT LIKE 'sqlite_%' AND name != 'mpsprobe_meta'")}
+    fresh = sqlite_utils.Database(tmp_path / "step1.db")
+    m001_initial.migrate(fresh)
+    shipped = sqlite3.connect(old_databases / "schema1.db")
+    assert tables(fresh.conn) == tables(shipped) and len(tables(shipped)) == 8
+    shipped.close()
+
+
 def test_views_are_recreated_when_their_definitions_change(tmp_path, rows):
     path = tmp_path / "v.db"
     schema.open_db(path).conn.close()

@@ -97,6 +97,50 @@ def test_matrix_shows_every_measured_cell_with_its_status(ds, site_db, db_cells,
             assert re.search(rf'st-{status}">{re.escape(symbol)} {status}</span> <small>{n}</small>', page)
 
 
+def test_every_page_gets_the_vocabularys_status_colours(ds):
+    page = get(ds, "/-/matrix").text
+    links = re.findall(r'<link rel="stylesheet" href="([^"]+)"', page)
+    assert links.index("/-/mpsprobe-statuses.css") < links.index("/mpsprobe-static/site.css")
+    css = get(ds, "/-/mpsprobe-statuses.css")
+    assert css.headers["content-type"].startswith("text/css")
+    for status in STATUSES:
+        colours = STATUS[status]
+        assert f"--st-{status}: {colours.colour}; --st-{status}-bg: {colours.background};" in css.text
+        assert f".st-{status} {{ --fg: var(--st-{status}); --bg: var(--st-{status}-bg); }}" in css.text
+    site_css = get(ds, "/mpsprobe-static/site.css").text
+    used = set(re.findall(r"var\((--[\w-]+)", site_css)) - {"--fg", "--bg"}
+    assert used and used <= set(re.findall(r"(--[\w-]+):", css.text))   # every colour it uses is defined
+
+
+def test_check_findings_ops_and_the_pages_answer_from_the_same_run(site_db, tmp_path):
+    """One run picker: with an older torch's run recorded last, `check`, `findings`,
+    `ops --db`, the matrix and the check-ops page all answer from the newest torch's run."""
+    import mpsprobe
+    from pathlib import Path
+    from mpsprobe.db.query import runs as runs_q
+    path = tmp_path / "same.db"
+    shutil.copy(site_db, path)
+    conn = sqlite3.connect(path)
+    picked = runs_q.pick_run(conn)
+    accelerated = conn.execute("SELECT id, torch_version_key FROM runs WHERE device != 'cpu' "
+                               "ORDER BY started DESC").fetchall()
+    assert accelerated[0][0] != picked["id"]                      # not the newest start
+    assert picked["torch_version_key"] == max(key for _, key in accelerated)
+    with conn:   # a declaration of the picked run's release, for findings to compare with
+        conn.execute("INSERT INTO declared (torch_version, device, op_id, dtype, status, source, note) "
+                     "VALUES (?, 'mps', 'add', 'float32', 'pass', 'test', NULL)", [picked["torch_version"]])
+    conn.close()
+    model = Path(__file__).parent / "models" / "convnet.py"
+    assert mpsprobe.check_model(str(model), db=path).run["id"] == picked["id"]
+    assert mpsprobe.findings(path)["run"]["id"] == picked["id"]
+    assert mpsprobe.op_statuses(path)[0]["id"] == picked["id"]
+    datasette = make_datasette(str(path))
+    asyncio.run(datasette.invoke_startup())
+    assert get(datasette, "/-/matrix.json").json()["run"]["id"] == picked["id"]
+    page = get(datasette, "/-/check-ops?ops=aten::add.Tensor").text
+    assert re.search(rf'<option value="{picked["id"]}" selected>', page)
+
+
 def test_fixture_covers_the_statuses_the_site_colours(site_db, rows):
     present = {r["status"] for r in rows(site_db, "SELECT DISTINCT status FROM results")}
     assert {"pass", "fallback", "mismatch", "unsupported", "crash", "timeout"} <= present
@@ -256,7 +300,7 @@ def test_search_is_full_text_over_ops_aten_ops_and_messages(ds, site_db, rows):
     assert len(page) == len(expected)
 
 
-def test_search_without_the_index_falls_back_to_substrings(site_db, tmp_path):
+def test_search_without_the_index_falls_back_to_substrings(site_db, tmp_path, rows):
     path = tmp_path / "nofts.db"
     shutil.copy(site_db, path)
     conn = sqlite3.connect(path)
@@ -264,10 +308,24 @@ def test_search_without_the_index_falls_back_to_substrings(site_db, tmp_path):
         for trigger in ("insert", "delete", "update"):
             conn.execute(f"DROP TRIGGER results_fts_{trigger}")
         conn.execute("DROP TABLE results_fts")
+        # One more histc case that crashed: its aten op's row must now say crash,
+        # the worst status, which sorts before the others as text.
+        run_id = conn.execute("SELECT run_id FROM results WHERE op_id = 'histc' LIMIT 1").fetchone()[0]
+        conn.execute("INSERT INTO cases (id, op_id, dtype, sample_index) VALUES ('histc|float32|99', 'histc', 'float32', 99)")
+        conn.execute("INSERT INTO results (run_id, case_id, op_id, dtype, status, aten_ops, pass) VALUES "
+                     "(?, 'histc|float32|99', 'histc', 'float32', 'crash', '[\"aten::histc\"]', 'forward')", [run_id])
     conn.close()
     datasette = make_datasette(path)
     got = query_json(datasette, str(path), "search", q="histc")
     assert {r["kind"] for r in got} == {"op", "aten op", "message"}
+    from mpsprobe.vocabulary import worst
+    cases = {}
+    for r in rows(path, "SELECT r.op_id, r.dtype, r.status, je.value AS aten_op FROM results r, "
+                        "json_each(r.aten_ops) je WHERE je.value LIKE '%histc%'"):
+        cases.setdefault((r["aten_op"], r["op_id"], r["dtype"]), []).append(r["status"])
+    aten_rows = {(r["matched"], r["op_id"], r["dtype"]): r["status"] for r in got if r["kind"] == "aten op"}
+    assert aten_rows == {key: worst(statuses) for key, statuses in cases.items()}
+    assert aten_rows["aten::histc", "histc", "float32"] == "crash"
 
 
 def test_csv_export_still_works(ds, site_db, rows):
@@ -620,6 +678,33 @@ def test_grid_has_a_column_per_torch_version_and_a_row_per_op(ds, site_db, rows)
                 continue
             assert cell["status"] == worst(statuses) and cell["n"] == len(statuses)
             assert cell["k"] == sum(s in WORKING for s in statuses)
+
+
+def test_a_grid_cell_gives_the_reason_of_its_worst_cases(site_db, tmp_path):
+    """A cell whose worst case is refused for its dtype says so, not the reason of a
+    milder case in another dtype (kernel_fallback sorts after dtype as text)."""
+    from mpsprobe.db.query import grid
+    path = tmp_path / "mixed.db"
+    shutil.copy(site_db, path)
+    conn = sqlite3.connect(path)
+    with conn:
+        run_id = conn.execute("SELECT id FROM runs WHERE device = 'fake-mps' "
+                              "ORDER BY torch_version_key DESC LIMIT 1").fetchone()[0]
+        conn.execute("INSERT INTO ops (id, name) VALUES ('zz_mixed', 'zz_mixed')")
+        for dtype, status, kind in (("float16", "unsupported", "dtype"),
+                                    ("float32", "fallback", "kernel_fallback"),
+                                    ("bfloat16", "pass", None)):
+            case = f"zz_mixed|{dtype}|0"
+            conn.execute("INSERT INTO cases (id, op_id, dtype, sample_index) VALUES (?, 'zz_mixed', ?, 0)",
+                         [case, dtype])
+            conn.execute("INSERT INTO results (run_id, case_id, op_id, dtype, status, reason_kind, pass) "
+                         "VALUES (?, ?, 'zz_mixed', ?, ?, ?, 'forward')", [run_id, case, dtype, status, kind])
+    data = grid.grid(conn, op_like="zz_mixed")
+    [cell] = [c for c in data["rows"][0]["cells"] if c and c["run_id"] == run_id]
+    assert (cell["status"], cell["reason_kind"], cell["k"], cell["n"]) == ("unsupported", "dtype", 1, 3)
+    only_working = grid.grid(conn, op_like="zz_mixed", dtype="bfloat16")["rows"][0]["cells"]
+    assert [c["reason_kind"] for c in only_working if c and c["run_id"] == run_id] == [None]
+    conn.close()
 
 
 def test_grid_counts_only_ops_it_has_rows_for(site_db, tmp_path, rows):

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from mpsprobe.db import merge as merging, schema, speed as store
+from mpsprobe.db import merge as merging, schema, writer as store
 from mpsprobe.db.query import speed as speed_q
 from mpsprobe.engine import devices
 from mpsprobe.engine.ladder import LadderRow, crossover_summaries

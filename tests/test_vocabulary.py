@@ -1,8 +1,9 @@
 """One vocabulary: no status word is spelt anywhere but mpsprobe/vocabulary.py.
 
 Every string constant in the package's source (probe/, ops/, db/, site/),
-docstrings aside, and every template is scanned: a constant that is a status
-word, or that quotes one (SQL's 'pass', a template's "skip"), fails the test.
+docstrings aside, every template and every stylesheet is scanned: a constant
+that is a status word, or that quotes one (SQL's 'pass', a template's "skip"),
+or a status's CSS class or colour (st-pass, --st-pass), fails the test.
 Code takes statuses from the vocabulary (PASS, FALLBACK, …, STATUSES).
 """
 import ast
@@ -56,7 +57,7 @@ def status_literals():
                     continue
                 words = {node.value} & set(STATUSES) | set(QUOTED.findall(node.value))
                 found += [(name, node.lineno, w) for w in words if (name, w) not in NOT_STATUSES]
-        for path in sorted((ROOT / folder).rglob("*.html")):
+        for path in sorted(p for ext in ("*.html", "*.css") for p in (ROOT / folder).rglob(ext)):
             name = path.relative_to(ROOT).as_posix()
             for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
                 words = set(QUOTED.findall(line)) | set(CSS_CLASS.findall(line))
@@ -72,14 +73,17 @@ def test_the_scan_would_see_one(tmp_path, monkeypatch):
     module = tmp_path / "probe" / "bad.py"
     module.parent.mkdir()
     module.write_text('"""A docstring may say pass."""\nSTATUS = "pass"\nSQL = "WHERE status = \'crash\'"\n')
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "x.css").write_text(".st-skip { color: var(--st-error); }\n")
     monkeypatch.setattr(__import__(__name__), "ROOT", tmp_path)
-    assert sorted(w for _, _, w in status_literals()) == ["crash", "pass"]
+    assert sorted(w for _, _, w in status_literals()) == ["crash", "error", "pass", "skip"]
 
 
 def test_every_status_has_its_words():
     for name in STATUSES:
         status = vocabulary.STATUS[name]
-        assert status.symbol and status.colour.startswith("#") and status.label and status.meaning
+        assert status.symbol and status.label and status.meaning
+        assert re.fullmatch(r"#[0-9a-f]{6}", status.colour) and re.fullmatch(r"#[0-9a-f]{6}", status.background)
     assert vocabulary.worst([vocabulary.PASS, vocabulary.CRASH, vocabulary.SKIP]) == vocabulary.CRASH
     for answer in vocabulary.ANSWERS:
         assert vocabulary.ANSWER[answer].symbol and vocabulary.ANSWER[answer].label

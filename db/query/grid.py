@@ -15,9 +15,9 @@ stopped working.
 """
 from collections import defaultdict
 
-from mpsprobe.db.views import in_list, worst_status
+from mpsprobe.db.views import in_list, worst_reason, worst_status
 from mpsprobe.versions import major_version, same_release, sort_key
-from mpsprobe.vocabulary import FORWARD, PASS_COLUMN, WORKING, worst
+from mpsprobe.vocabulary import FAILING, FORWARD, PASS_COLUMN, WORKING, worst
 from . import declared as declared_q, present, rows
 from .runs import VIRTUAL_MACHINE, device_rank, list_runs, machine_kind
 
@@ -86,8 +86,7 @@ def _measured(conn, run_ids, op_like, dtype, pass_, only=None):
     # With a page of ops, the op index answers (`+run_id`: not the run's whole key range).
     some = f"AND op_id IN ({', '.join('?' for _ in only)})" if only is not None else ""
     has_kind = "reason_kind" in {r[1] for r in conn.execute("PRAGMA table_info(results)")}
-    kind = (f"max(CASE WHEN status NOT IN {in_list(WORKING)} THEN reason_kind END)"
-            if has_kind else "NULL")
+    kind = worst_reason(among=FAILING) if has_kind else "NULL"
     found = rows(conn, f"""
         SELECT run_id, op_id, {worst_status()} AS status, count(*) AS n,
                sum(status IN {in_list(WORKING)}) AS k, {kind} AS reason_kind

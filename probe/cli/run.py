@@ -97,8 +97,12 @@ def run(db_path, device, ops, dtypes, samples, timing, workers, timeout, mps_fal
         nonlocal last_line
         progress["pairs"] += 1
         if bar is not None:
+            # Set the bar right when the pair gave fewer cases than expected; else
+            # redraw it, so the pairs beside it count this one.
             if n < samples:
                 bar.update(samples - n)
+            else:
+                bar.render_progress()
         elif time.monotonic() - last_line >= LOG_EVERY_S or progress["pairs"] == progress["total_pairs"]:
             last_line = time.monotonic()
             click.echo(f"{progress['cases']} cases, {output.bar_line(progress, counts)}", err=True)

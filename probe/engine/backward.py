@@ -211,11 +211,7 @@ def run_backward_case(op, dtype, sample, target, op_key, timing=True, aten_cache
         if allowance:
             verdict = compare(target_grads, cpu_grads, truth_grads, dtype, device_type=target.torch_device.type,
                               trivial_input=grad_outputs[0], modes=allowance)
-    fields.update(check_kind=verdict.check_kind, max_abs_err=verdict.max_abs_err,
-                  max_rel_err=verdict.max_rel_err, ref_abs_err=verdict.ref_abs_err,
-                  tol_atol=verdict.atol, tol_rtol=verdict.rtol,
-                  tol_factor=verdict.factor if verdict.atol is not None else None,
-                  nonfinite_mismatch=int(verdict.nonfinite_mismatch))
+    fields.update(verdict.result_fields())
     status, reason, kind = judge.status_of(verdict, judge.Judgement(), fallen_back, False, applicable, False)
     if verdict.notes:
         fields["notes"] = list(verdict.notes)

@@ -235,11 +235,7 @@ def run_case(op, dtype, sample, target, nondeterministic=False, timing=True, unc
         verdict.fail(misplaced, METADATA)
     if how.cannot_tell:
         verdict.cannot_tell(how.cannot_tell)
-    fields.update(check_kind=verdict.check_kind, max_abs_err=verdict.max_abs_err,
-                  max_rel_err=verdict.max_rel_err, ref_abs_err=verdict.ref_abs_err,
-                  tol_atol=verdict.atol, tol_rtol=verdict.rtol,
-                  tol_factor=verdict.factor if verdict.atol is not None else None,
-                  nonfinite_mismatch=int(verdict.nonfinite_mismatch))
+    fields.update(verdict.result_fields())
     judged = list(verdict.notes) + ([how.why] if how.why else [])
     status, reason, kind = judge.status_of(verdict, how, fallen_back, shape_only, applicable,
                                            bool(mode_allowance))

@@ -94,6 +94,14 @@ class Verdict:
         if self.ok and not self.undecided:
             self.undecided, self.reason, self.reason_kind = True, reason, NO_UNIQUE_ANSWER
 
+    def result_fields(self):
+        """The results columns this verdict fills: how far it checked, the errors and the tolerance."""
+        return dict(check_kind=self.check_kind, max_abs_err=self.max_abs_err,
+                    max_rel_err=self.max_rel_err, ref_abs_err=self.ref_abs_err,
+                    tol_atol=self.atol, tol_rtol=self.rtol,
+                    tol_factor=self.factor if self.atol is not None else None,
+                    nonfinite_mismatch=int(self.nonfinite_mismatch))
+
     def worst(self, attr, value):
         if value is not None and not math.isnan(value):
             current = getattr(self, attr)

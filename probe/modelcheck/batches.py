@@ -163,7 +163,7 @@ def crossover_row(rows, target):
 
 def record(db, run_id, rows, target):
     """Store a sweep's rows and its crossover in `db` under `run_id`; returns the crossover row."""
-    from mpsprobe.db import speed as store
+    from mpsprobe.db import writer as store
     cross = crossover_row(rows, target)
     store.record_model_sweep(db, run_id, rows, [cross] if cross else [])
     return cross

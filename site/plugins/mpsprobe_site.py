@@ -17,11 +17,11 @@ from mpsprobe import suggestions
 from mpsprobe.db.query import (declared as declared_q, history, matrix, op as op_q,
                                runs as runs_q, speed as speed_q)
 from mpsprobe.db.query.op import order_dtypes
-from mpsprobe.db.views import inline_missing, quoted
+from mpsprobe.db.views import inline_missing, quoted, worst_status
 from mpsprobe.site import limits
-from mpsprobe.site.common import (ask, cached, cases_url, get_database, op_url, reason_label, render,
-                                  run_label, status_badge, status_class, status_symbol,
-                                  template_vars, url)
+from mpsprobe.site.common import (STATUS_CSS_PATH, ask, cached, cases_url, get_database, op_url,
+                                  reason_label, render, run_label, status_badge, status_class,
+                                  status_css_page, status_symbol, template_vars, url)
 from mpsprobe.vocabulary import FALLBACK, FORWARD, PASS_COLUMN, PASSES, STATUSES, UNSUPPORTED, is_status
 
 # ---------------------------------------------------------------------------- canned queries
@@ -132,13 +132,14 @@ ORDER BY rank LIMIT 500""",
 }
 
 # Search in a database without the full-text index: substrings of op names,
-# aten ops and messages.
-SQL_SEARCH_SUBSTRINGS = """
+# aten ops and messages. An aten op's row carries the worst status of its cases
+# (by the vocabulary's order: as text, 'pass' would outrank 'crash').
+SQL_SEARCH_SUBSTRINGS = f"""
 SELECT 'op' AS kind, o.id AS matched, o.id AS op_id, NULL AS dtype, NULL AS status,
        NULL AS n_results
 FROM ops o WHERE :q != '' AND (o.id LIKE '%' || :q || '%' OR o.aten_name LIKE '%' || :q || '%')
 UNION ALL
-SELECT 'aten op', je.value, r.op_id, r.dtype, max(r.status), count(*)
+SELECT 'aten op', je.value, r.op_id, r.dtype, {worst_status('r.status')}, count(*)
 FROM results r, json_each(r.aten_ops) je
 WHERE :q != '' AND r.aten_ops LIKE '%' || :q || '%' AND je.value LIKE '%' || :q || '%'
 GROUP BY je.value, r.op_id, r.dtype
@@ -372,6 +373,7 @@ def register_routes():
         (r"^/-/matrix(\.json)?$", matrix_page),
         (r"^/-/op/(?P<op_id>[^/]+?)(\.json)?$", op_page),
         (r"^/-/compare(\.json)?$", compare_page),
+        (r"^/-/mpsprobe-statuses\.css$", status_css_page),
     ]
 
 
@@ -414,7 +416,8 @@ def render_cell(value, column, table, datasette):
 
 @hookimpl
 def extra_css_urls(datasette):
-    return [datasette.urls.path("/mpsprobe-static/site.css")]
+    # The status colours first (made from the vocabulary), then the site's own CSS that uses them.
+    return [datasette.urls.path(STATUS_CSS_PATH), datasette.urls.path("/mpsprobe-static/site.css")]
 
 
 def plugin_page_path(filename):
