@@ -838,9 +838,16 @@ Reason kinds, with one real message each (as PyTorch words it on MPS):
   tiny synchronised op) before the next timed case, whose results say so in `notes`.
 - values, nonfinite, metadata (mismatch): the target ran natively, but "output: max abs error 0.52 (CPU's
   own: 0), 5.2e+02× the floors, allowed 1×", a NaN/Inf pattern, or a shape, dtype or device differs.
+- trivial_answer (mismatch): the output is no better than a guess: "output: equals zeros, which is wrong here
+  (3.1e+02× the floors, allowed 1×)" (zeros, the input unchanged, or NaN).
+- distribution (pass, mismatch): a random op judged by a statistical test: "uniform(0, 1): failed ks; 4096
+  values in 4 calls; false-alarm rate <= 1e-06; ...".
 - no_unique_answer (skip): a random op, or outputs with ties or free signs: shape, dtype and device checked.
 - reduced_precision (pass, mismatch, skip): the kernel ran in a reduced-precision mode of the target (TF32,
   fast math), judged against that mode's error (README: Reduced precision and summation order).
 - summation_order (pass): within the error any order of summation may make (blocked, split, Winograd, FFT).
 - reference_failed (skip): the CPU itself raised on the sample, so there is nothing to compare with.
+- forward_failed (skip): a backward, in-place or out= case whose forward already fails or differs on the
+  target: "the forward's outputs differ on the target" (the forward case says why).
+- no_gradient (skip): a backward case with nothing to differentiate: "no input of this sample requires grad".
 """
