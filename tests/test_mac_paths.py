@@ -137,6 +137,17 @@ def test_a_crash_keeps_the_cause_its_stderr_names():
     assert pool._evidence(["Traceback (most recent call last):", "KeyboardInterrupt"]) == {}
 
 
+def test_a_crash_in_mpsgraph_s_compiler_keeps_the_diagnostic_as_its_message():
+    # pytorch/pytorch#78879: what a worker prints before it aborts.
+    diagnostic = ('loc("mps_multiply"("(mpsFileLoc): /AppleInternal/Library/BuildRoots/b6051351-c030-11ec-96e9-'
+                  '3e7866fcf3a1/Library/Caches/com.apple.xbs/Sources/MetalPerformanceShadersGraph/mpsgraph/'
+                  'MetalPerformanceShadersGraph/Core/Files/MPSGraphUtilities.mm":219:0)): error: input types '
+                  "'tensor<5xf32>' and 'tensor<5xi1>' are not broadcast compatible")
+    found = pool._evidence([diagnostic, "LLVM ERROR: Failed to infer result type(s)."])
+    assert found == {"reason_kind": "signal",
+                     "message": diagnostic + " LLVM ERROR: Failed to infer result type(s)."}
+
+
 def _two_runs(cpu_db, path, suffix):
     """A copy of the CPU run's database with that run twice, the copy's id ending in
     `suffix`, results and all: (connection, the first run's id)."""

@@ -295,6 +295,7 @@ EXAMPLES = [
     ("ndarray_dims_over_2_31", "MetalPerformanceShaders/MPSCore/Types/MPSNDArray.mm:705: failed assertion "
      "`[MPSTemporaryNDArray initWithDevice:descriptor:] Error: product of dimension sizes > 2**31'", C,
      "size_limit", None, None, None),
+    ("mpsgraph_compile_error", "LLVM ERROR: Failed to infer result type(s).", C, "signal", None, None, None),
     ("mps_failed_assertion", "MPSNDArray.mm:124: failed assertion `[MPSNDArrayDescriptor sliceDimension:"
      "withSubrange:] error: subRange.start (6) is not less than length of dimension[0] (6)'", C, "signal", None,
      None, None),
@@ -334,7 +335,7 @@ def test_the_catalogue_is_large_and_well_formed():
         assert f.reason_kind is None or f.reason_kind in REASON_KINDS
         assert f.title and "\n" not in f.title
         assert set(f.fields) <= {"op", "dtype", "min_macos", "mode", "what", "kernel", "backend", "exception",
-                                 "message", "assertion"}, f.name
+                                 "message", "assertion", "detail"}, f.name
     # Every MPS-specific family says where its text comes from.
     for f in MESSAGE_FAMILIES:
         if f not in m._GENERIC:
@@ -458,6 +459,32 @@ def test_crash_evidence_of_an_uncaught_unknown_exception_is_a_signal_with_its_li
             "Invalid argument")
     evidence = crash_evidence(line + "\n")
     assert (evidence["reason_kind"], evidence["op"], evidence["line"]) == ("signal", None, line)
+
+
+# pytorch/pytorch#78879 (torch 1.12, macOS 12): a float32 tensor times a bool one on MPS.
+MLIR_LOCATION = ('loc("mps_multiply"("(mpsFileLoc): /AppleInternal/Library/BuildRoots/b6051351-c030-11ec-96e9-'
+                 '3e7866fcf3a1/Library/Caches/com.apple.xbs/Sources/MetalPerformanceShadersGraph/mpsgraph/'
+                 'MetalPerformanceShadersGraph/Core/Files/MPSGraphUtilities.mm":219:0)):')
+MLIR_ERROR = "error: input types 'tensor<5xf32>' and 'tensor<5xi1>' are not broadcast compatible"
+LLVM_ERROR = "LLVM ERROR: Failed to infer result type(s)."
+
+
+@pytest.mark.parametrize("before", [
+    MLIR_LOCATION + " " + MLIR_ERROR + "\n",                       # as pytorch#78879 shows it
+    MLIR_LOCATION + "\n" + MLIR_ERROR + "\n",                      # the error on a line of its own
+    "Batch 1 out of 3:   0%|      | 0/60 [00:00<?, ?it/s]" + MLIR_LOCATION + " " + MLIR_ERROR + "\n",
+])
+def test_an_mpsgraph_compile_error_keeps_the_diagnostic_that_says_why(before):
+    tail = "/Users/me/x.py:3: UserWarning: something\n" + before + LLVM_ERROR + "\nzsh: abort      python x.py\n"
+    evidence = crash_evidence(tail)
+    assert (evidence["family"], evidence["reason_kind"], evidence["op"]) == ("mpsgraph_compile_error", "signal", None)
+    assert evidence["line"] == MLIR_LOCATION + " " + MLIR_ERROR + " " + LLVM_ERROR
+
+
+def test_an_llvm_error_alone_is_kept_as_it_is():
+    assert crash_evidence("warming up\n" + LLVM_ERROR + "\n")["line"] == LLVM_ERROR
+    # A location with no error after it says nothing about this abort.
+    assert crash_evidence(MLIR_LOCATION + "\nsomething else\n" + LLVM_ERROR)["line"] == LLVM_ERROR
 
 
 def test_no_crash_evidence_in_ordinary_stderr():

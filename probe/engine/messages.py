@@ -28,7 +28,8 @@ Three readers use the catalogue:
   `cpu_fallback`; a kernel's own fallback (often below a macOS version) is
   `kernel_fallback`, with the minimum macOS where the text names one.
 * `crash_evidence(stderr_tail)`: what a dead worker's last stderr lines say
-  (an uncaught C++ exception, a Metal or MPS failed assertion), and the op.
+  (an uncaught C++ exception, a Metal or MPS failed assertion, MPSGraph
+  failing to compile a kernel's graph), and the op.
 
 No torch import: the catalogue is plain text matching.
 """
@@ -591,6 +592,13 @@ _CRASHES = (
             r"failed assertion `\[MPS\w*NDArray initWithDevice:descriptor:\] Error: "
             r"product of dimension sizes > 2\*\*31'",
             CRASH, "size_limit", channel=PRINTED, reports=["https://github.com/liuliu/swift-diffusion/issues/41"]),
+    # MPSGraph's compiler checks the graph a kernel built: an MLIR diagnostic naming the graph node
+    # ('loc("mps_add"(...MPSGraphUtilities.mm":228:0)): error: input types ... are not broadcast
+    # compatible'), then this line, then abort. crash_evidence keeps the diagnostic with it.
+    _family("mpsgraph_compile_error", "MPSGraph could not compile the graph a kernel built (LLVM ERROR, abort)",
+            r"LLVM ERROR: (?P<detail>.+)", CRASH, "signal", channel=PRINTED,
+            reports=["https://github.com/pytorch/pytorch/issues/78879",
+                     "https://github.com/AUTOMATIC1111/stable-diffusion-webui/issues/2198"]),
     _family("mps_failed_assertion", "An MPS or Metal failed assertion (a bug in a kernel or in MPS)",
             r"failed assertion `(?P<assertion>[^\n]*)", CRASH, "signal", channel=PRINTED,
             reports=["https://github.com/pytorch/pytorch/issues/96153",
@@ -787,10 +795,13 @@ def crash_evidence(stderr_tail):
     c10::NotImplementedError: The operator 'aten::…'" are those of the message.
     """
     lines = [line.strip() for line in str(stderr_tail or "").splitlines() if line.strip()]
-    for line in reversed(lines):
+    for at in range(len(lines) - 1, -1, -1):
+        line = lines[at]
         family, m = match_family(line, _CRASH_FAMILIES)
         if family is None:
             continue
+        if family.name == "mpsgraph_compile_error":
+            line = _with_diagnostic(lines, at)
         evidence = dict(family=family.name, reason_kind=family.reason_kind, op=None, dtype=None,
                         min_macos=None, line=line)
         if "message" in m.groupdict():
@@ -800,6 +811,24 @@ def crash_evidence(stderr_tail):
                                 min_macos=inner.min_macos)
         return evidence
     return None
+
+
+# An MLIR diagnostic, as MPSGraph prints it: 'loc("node"("(mpsFileLoc): ...":228:0)): error: ...',
+# sometimes with "error: ..." on a line of its own after the location.
+_MLIR_LOCATION = re.compile(r'loc\("[^"]*"\(')
+_MLIR_ERROR = re.compile(r"(?:^|\): ?)error: \S")
+
+
+def _with_diagnostic(lines, at):
+    """The fatal line at `at`, after the MLIR diagnostic that says why when one comes just before it."""
+    for start in range(at - 1, max(at - 3, -1), -1):
+        found = _MLIR_LOCATION.search(lines[start])
+        if found:
+            cause = [lines[start][found.start():]] + lines[start + 1:at]   # without a progress bar before it
+            if any(_MLIR_ERROR.search(text) for text in cause):
+                return " ".join(cause + [lines[at]])
+            break
+    return lines[at]
 
 
 def first_line(text, limit=500):
