@@ -44,3 +44,70 @@ def test_placement_is_judged_on_the_outputs_as_the_target_returned_them():
     assert _misplaced((torch.ones(2), torch.ones(2)), "cpu") is None
     assert _misplaced((torch.ones(2), on_meta), "cpu") == "output 1: output on meta, expected cpu"
     assert _misplaced(on_meta, "meta") is None
+
+
+class _Full(Target):
+    """The CPU dressed as a device that is out of memory for the first `full` calls made on it."""
+
+    def __init__(self, full):
+        super().__init__("cpu")
+        self.full, self.on_target, self.emptied = full, False, []
+
+    def context(self):
+        import contextlib
+
+        @contextlib.contextmanager
+        def on_target():
+            self.on_target = True
+            try:
+                yield
+            finally:
+                self.on_target = False
+        return on_target()
+
+    def memory(self):
+        return {"current_allocated": 17 << 30}
+
+
+OUT_OF_MEMORY = ("MPS backend out of memory (MPS allocated: 17.36 GB, other allocations: 613.56 MB, max allowed: "
+                 "18.13 GB). Tried to allocate 192.00 MB on private pool.")
+
+
+def test_out_of_memory_is_retried_once_the_failed_call_s_tensors_are_gone():
+    """The cache is emptied once the exception (and the frames it holds, with the failed call's
+    tensors) is gone, and the first inputs dropped: otherwise emptying it frees nothing."""
+    import gc
+    import weakref
+    refs = []
+
+    class Full(_Full):
+        def empty_cache(self):
+            gc.collect()
+            self.emptied.append([ref() is not None for ref in refs])
+
+    target = Full(full=1)
+
+    def grows(inp):
+        scratch = inp * 2                       # held by this frame when it raises
+        if target.on_target and target.full:
+            target.full -= 1
+            refs.extend([weakref.ref(scratch), weakref.ref(inp)])
+            raise RuntimeError(OUT_OF_MEMORY)
+        return scratch
+
+    result = run_case(grows, torch.float32, SampleInput(torch.ones(6)), target, timing=False)
+    assert result["status"] == "pass" and result["notes"]["retried_after"] == "out_of_memory"
+    assert target.emptied == [[False, False]]   # neither the scratch nor the first inputs survived
+
+
+def test_out_of_memory_twice_is_recorded_with_the_device_s_memory():
+    target = _Full(full=2)
+
+    def always_full(inp):
+        if target.on_target and target.full:
+            target.full -= 1
+            raise RuntimeError(OUT_OF_MEMORY)
+        return inp * 2
+    result = run_case(always_full, torch.float32, SampleInput(torch.ones(6)), target, timing=False)
+    assert (result["status"], result["reason_kind"]) == ("error", "out_of_memory")
+    assert result["notes"] == {"retried_after": "out_of_memory", "current_allocated": 17 << 30}

@@ -186,19 +186,26 @@ def run_case(op, dtype, sample, target, nondeterministic=False, timing=True, unc
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
+            out_of_memory = False
             try:
                 target_out, target_args = _call_on_target(op, cpu_args, target_args, target)
             except Exception as e:
                 if classify.classify_message(str(e), exc_type=type(e)).reason_kind != OUT_OF_MEMORY:
                     raise
-                # Out of memory may be the cache of earlier cases: empty it and try once more.
+                out_of_memory = True
+            if out_of_memory:
+                # Out of memory may be the cache of earlier cases: empty it and try once more, with
+                # fresh inputs. Not inside the except clause: until it ends, the exception's frames
+                # hold the failed call's tensors, and emptying the cache would not free them.
+                target_args = None
                 target.empty_cache()
                 notes["retried_after"] = OUT_OF_MEMORY
                 target_args = _moved(cpu_args, target)
                 target_out, target_args = _call_on_target(op, cpu_args, target_args, target)
         except Exception as e:
             refused = refusal(e, _target_call(op, target_args), target)
-            refused["notes"] = dict(notes, **(refused["notes"] or {})) or None
+            # The device's memory when it refused: an out-of-memory says how full it was.
+            refused["notes"] = dict(notes, **target.memory(), **(refused["notes"] or {})) or None
             fell = fallbacks([str(w.message) for w in caught])
             return dict(refused, fallback_ops=fell["ops"] if fell else [],
                         duration_s=time.perf_counter() - started, **fields)
