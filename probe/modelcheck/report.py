@@ -12,6 +12,7 @@ from typing import Optional
 
 from mpsprobe import suggestions as advice
 from mpsprobe.db.query import blame
+from mpsprobe.db.query.runs import VIRTUAL_MACHINE
 from mpsprobe.vocabulary import (ANSWER, ANSWERS, FAIL_ON, FALLBACK, MISMATCH, OK, OTHER_DTYPES,
                                  UNCHECKED, UNKNOWN, UNSUPPORTED)
 from .capture import CheckError, ModelOps, OpUse, ops_from_json  # noqa: F401 (re-exported)
@@ -168,12 +169,15 @@ def speed_of(conn, model_ops):
     sweeps = [s for s in speed_q.model_sweeps(conn, model=model_ops.model)
               if s["mode"] == mode and s["dtype"] == model_ops.dtype
               and (s["device"] or "cpu").split(":")[0] != "cpu"]
+    # Bare metal answers before a virtual machine, whose GPU is not a Mac's; newest first within each.
+    sweeps.sort(key=lambda s: s["machine_kind"] == VIRTUAL_MACHINE)
     timed = [r for s in sweeps[:1] for r in s["rows"] if r.get("speedup")]
     if not timed:
         return None
     best = max(timed, key=lambda r: r["speedup"])
     s = sweeps[0]
-    return {"run_id": s["run_id"], "device": s["device"], "started": s["started"],
+    device = s["device"] + (f" ({VIRTUAL_MACHINE})" if s["machine_kind"] == VIRTUAL_MACHINE else "")
+    return {"run_id": s["run_id"], "device": device, "started": s["started"],
             "batches": [r["batch"] for r in timed], "best_batch": best["batch"],
             "best_speedup": best["speedup"], "crossover_batch": s["crossover_batch"],
             "always": bool(s["always"])}
