@@ -6,6 +6,8 @@ mpsprobe.db.query.blame, and which evidence answers the model's own use of an
 op (its shapes and arguments) in .matching. The words and symbols are
 mpsprobe.vocabulary's answers; this module formats the whole report, lines or JSON.
 """
+import platform
+import sys
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Optional
@@ -141,9 +143,16 @@ def _speed_lines(speed, mode, device):
             f"timed: {speed['note']})"]
 
 
+def this_macos():
+    """The macOS version of the Mac asking ("13.6"), None on any other system."""
+    return (platform.mac_ver()[0] or None) if sys.platform == "darwin" else None
+
+
 def answer(conn, model_ops, run, model_ms=None, recorded_in=None):
     """The Report for `model_ops` against one run (a runs-table row)."""
     evidence = Evidence(conn, run["id"])
+    have_macos = this_macos()
+    measured_macos = run.get("os_version") if run.get("os_name") == "macOS" else None
     answers = []
     for use in model_ops.ops:
         m = evidence.match(use)
@@ -153,7 +162,8 @@ def answer(conn, model_ops, run, model_ms=None, recorded_in=None):
         if m.klass in (UNSUPPORTED, MISMATCH, FALLBACK):
             kinds = [k for k, _ in ev.kinds.most_common()] if ev else []
             min_macos = max(ev.min_macos, key=_version, default=None) if ev else None
-            tips = advice.for_answer(use.aten_op, m.status, kinds, use.dtype, message, min_macos)
+            tips = advice.for_answer(use.aten_op, m.status, kinds, use.dtype, message, min_macos,
+                                     have_macos, measured_macos)
         answers.append(OpAnswer(use, m.klass, m.status, m.note, sorted(ev.via) if ev else [],
                                 message, blame.timing(ev), m.confidence, tips))
     answers.sort(key=lambda a: (ORDER[a.klass], a.use.aten_op, a.use.dtype or ""))
