@@ -111,3 +111,16 @@ def test_out_of_memory_twice_is_recorded_with_the_device_s_memory():
     result = run_case(always_full, torch.float32, SampleInput(torch.ones(6)), target, timing=False)
     assert (result["status"], result["reason_kind"]) == ("error", "out_of_memory")
     assert result["notes"] == {"retried_after": "out_of_memory", "current_allocated": 17 << 30}
+
+
+def test_a_draw_refused_on_the_target_keeps_its_reason_kind():
+    """A random op is drawn again on the target to judge its distribution: a refusal there is read
+    through the catalogue like any other (here a macOS gate, with the version it names)."""
+    from mpsprobe.engine import judge
+
+    class Old(Target):
+        def context(self):
+            raise RuntimeError("MPS BFloat16 is only supported on MacOS 14 or newer")
+    status, reason, kind, fields = judge.distribution("bernoulli", (torch.ones(3), (), {}), Old("cpu"))
+    assert (status, kind, fields["min_macos"]) == ("unsupported", "macos_version", "14.0")
+    assert reason.startswith("drawing again on the target:")

@@ -139,3 +139,28 @@ def test_a_simulated_macos_13_refuses_bfloat16_and_complex_and_falls_back_in_ker
             torch.median(torch.ones(3))      # native from macOS 13: runs natively on 13.6
     assert [str(w.message) for w in caught] == [fake_backend.KERNEL_FALLBACKS["aten::nonzero"][1]]
 
+
+
+def test_a_backward_counts_the_fallbacks_of_its_own_kernels(monkeypatch):
+    """On macOS 12, upsampling with a scale factor falls back in the forward (the forward case says
+    so); a backward case is a fallback only where a backward kernel warns, named by dispatch."""
+    import torch.nn.functional as F
+    from torch.testing._internal.opinfo.core import SampleInput
+    from mpsprobe.engine.backward import run_backward_case
+    monkeypatch.setenv("FAKE_MPS", json.dumps({"macos": "12.6"}))
+
+    def upsample(x):
+        return F.interpolate(x, scale_factor=2, mode="bilinear")
+
+    def case():
+        sample = SampleInput(torch.randn(1, 1, 4, 4, requires_grad=True))
+        return run_backward_case(upsample, torch.float32, sample, fake_backend.make_target(),
+                                 "nn.functional.interpolate.bilinear", timing=False)
+    native = case()
+    assert (native["status"], native["fallback_ops"]) == ("pass", [])
+    text = fake_backend.KERNEL_FALLBACKS["aten::upsample_bilinear2d"][1]
+    monkeypatch.setitem(fake_backend.KERNEL_FALLBACKS, "aten::upsample_bilinear2d_backward", ("13.0", text))
+    fell = case()
+    assert (fell["status"], fell["reason_kind"], fell["aten_op"], fell["min_macos"]) == \
+        ("fallback", "kernel_fallback", "aten::upsample_bilinear2d_backward", "13.0")
+    assert fell["notes"]["fallback_ops_from"] == "dispatch"

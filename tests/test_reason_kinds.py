@@ -128,3 +128,16 @@ def test_every_refusal_and_fallback_kind_of_the_catalogue_appears(db, rows):
     from mpsprobe.engine.messages import MESSAGE_FAMILIES
     kinds = {r["reason_kind"] for r in rows(db, "SELECT reason_kind FROM results")}
     assert {f.reason_kind for f in MESSAGE_FAMILIES if f.reason_kind} <= kinds
+
+
+
+
+def test_backward_cases_record_their_reason_like_forward_ones(results):
+    for dtype, kind, min_macos in (("bfloat16", "macos_version", "14.0"), ("float64", "dtype", None)):
+        refused = results("add", dtype, "backward")
+        assert all((r["status"], r["reason_kind"], r["min_macos"]) == ("unsupported", kind, min_macos)
+                   for r in refused), refused
+    # Out of memory in a backward case's forward is retried there too, then said to be the forward's.
+    tan = results("tan", pass_="backward")
+    assert all((r["status"], r["reason_kind"], notes(r)["retried_after"]) == ("skip", "forward_failed", "out_of_memory")
+               for r in tan)

@@ -60,7 +60,7 @@ def refusal(exc, call=None, target=None):
                 message=classify.first_line(exc), check_kind="none", notes=notes or None)
 
 
-def fallbacks(texts, call=None, target=None):
+def fallbacks(texts, call=None, target=None, before=None):
     """What the CPU-fallback warnings among `texts` say, as a dict; None when none says work ran on the CPU.
 
     Keys: kind (cpu_fallback when PyTorch's generic fallback ran, else
@@ -68,7 +68,8 @@ def fallbacks(texts, call=None, target=None):
     named), unnamed (warnings whose op is still unknown), from_dispatch (ops
     named by the dispatch witness). A warning that names no op is attributed,
     when `call` is given, to the aten op being dispatched when it fired, by
-    running the call once more under a DispatchWitness.
+    running the call once more under a DispatchWitness (after `before`, outside it:
+    witness.witness).
     """
     found = [(text, classify.fallback_from_warning(text)) for text in texts]
     found = [(text, list(fb)) for text, fb in found if fb]
@@ -76,7 +77,7 @@ def fallbacks(texts, call=None, target=None):
         return None
     from_dispatch = []
     if call is not None and any(fb[1] is None for _, fb in found):
-        seen, _ = witness(call, target)
+        seen, _ = witness(call, target, before)
         by_text = {}
         for text, op in seen:
             if op:
@@ -94,6 +95,10 @@ def fallbacks(texts, call=None, target=None):
     return {"kind": CPU_FALLBACK if CPU_FALLBACK in kinds else KERNEL_FALLBACK, "ops": ops,
             "min_macos": max(versions, key=_macos_key) if versions else None,
             "unnamed": sum(1 for _, (_, op, _) in found if not op), "from_dispatch": from_dispatch}
+
+
+def _out_of_memory(exc):
+    return classify.classify_message(str(exc), exc_type=type(exc)).reason_kind == OUT_OF_MEMORY
 
 
 def _moved(cpu_args, target):
@@ -190,7 +195,7 @@ def run_case(op, dtype, sample, target, nondeterministic=False, timing=True, unc
             try:
                 target_out, target_args = _call_on_target(op, cpu_args, target_args, target)
             except Exception as e:
-                if classify.classify_message(str(e), exc_type=type(e)).reason_kind != OUT_OF_MEMORY:
+                if not _out_of_memory(e):
                     raise
                 out_of_memory = True
             if out_of_memory:
