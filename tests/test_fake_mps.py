@@ -164,3 +164,15 @@ def test_a_backward_counts_the_fallbacks_of_its_own_kernels(monkeypatch):
     assert (fell["status"], fell["reason_kind"], fell["aten_op"], fell["min_macos"]) == \
         ("fallback", "kernel_fallback", "aten::upsample_bilinear2d_backward", "13.0")
     assert fell["notes"]["fallback_ops_from"] == "dispatch"
+
+
+@pytest.mark.parametrize("wording, family", [(None, "not_implemented_141287"), ("2.0", "not_implemented_77764"),
+                                             ("1.12", "not_implemented_1_12")])
+def test_the_fake_refuses_in_each_torch_s_wording(wording, family):
+    from mpsprobe.engine.messages import classify_message
+    config = dict(fake_backend.DEFAULTS, not_implemented=["aten::histc"], wording=wording)
+    with pytest.raises(NotImplementedError) as refused:
+        with fake_backend.FakeMPSMode(config):
+            torch.histc(torch.ones(3), bins=2)
+    verdict = classify_message(str(refused.value))
+    assert (verdict.family, verdict.status, verdict.op) == (family, "unsupported", "aten::histc")
