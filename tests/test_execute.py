@@ -124,3 +124,31 @@ def test_a_draw_refused_on_the_target_keeps_its_reason_kind():
     status, reason, kind, fields = judge.distribution("bernoulli", (torch.ones(3), (), {}), Old("cpu"))
     assert (status, kind, fields["min_macos"]) == ("unsupported", "macos_version", "14.0")
     assert reason.startswith("drawing again on the target:")
+
+
+def test_an_op_name_that_is_no_operator_is_left_to_the_dispatcher():
+    """MPS's nll_loss2d says "nlld_loss for complex is not supported for MPS": no such operator, so
+    the op recorded is the one the same exception rose from when the call ran again."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from mpsprobe.engine.execute import refusal
+    text = "nlld_loss for complex is not supported for MPS"
+
+    class Refusing(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func.name().startswith("aten::nll_loss2d_forward"):
+                raise RuntimeError(text)
+            return func(*args, **(kwargs or {}))
+
+    class Mps(Target):
+        def context(self):
+            return Refusing()
+
+    def call():
+        torch.nn.functional.nll_loss(torch.randn(2, 3, 4, 4), torch.zeros(2, 4, 4, dtype=torch.long))
+    found = refusal(RuntimeError(text), call, Mps("cpu"))
+    assert (found["status"], found["reason_kind"], found["aten_op"]) == ("unsupported", "dtype",
+                                                                         "aten::nll_loss2d_forward")
+    assert found["notes"] == {"named_dtype": "complex", "named_op": "aten::nlld_loss", "aten_op_from": "dispatch"}
+    # A real operator named by a message is kept as it is.
+    kept = refusal(RuntimeError("log_softmax for complex is not supported for MPS"), call, Mps("cpu"))
+    assert kept["aten_op"] == "aten::log_softmax" and "named_op" not in (kept["notes"] or {})

@@ -50,6 +50,10 @@ def refusal(exc, call=None, target=None):
     if verdict.family is None and verdict.reason_kind == "bug":
         reason = f"{type(exc).__name__} on the target only"
     aten_op = verdict.op
+    if aten_op is not None and not _is_aten_op(aten_op):
+        # A kernel's own name for itself, not an operator ("nlld_loss", nll_loss2d's MPS
+        # kernel): the dispatcher says which op raised it.
+        notes["named_op"], aten_op = aten_op, None
     if aten_op is None and call is not None and verdict.reason_kind != OUT_OF_MEMORY:
         _, raised_by = witness(call, target)
         if raised_by:
@@ -58,6 +62,16 @@ def refusal(exc, call=None, target=None):
     return dict(status=verdict.status, reason=reason, reason_kind=verdict.reason_kind,
                 aten_op=aten_op, min_macos=verdict.min_macos, error_type=type(exc).__name__,
                 message=classify.first_line(exc), check_kind="none", notes=notes or None)
+
+
+def _is_aten_op(name):
+    """False only for an 'aten::' name that torch has no operator for (other namespaces load late)."""
+    namespace, _, op = name.partition("::")
+    if namespace != "aten":
+        return True
+    base, _, overload = op.partition(".")
+    packet = getattr(torch.ops.aten, base, None)
+    return packet is not None and (not overload or overload in packet.overloads())
 
 
 def fallbacks(texts, call=None, target=None, before=None):
