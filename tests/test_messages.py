@@ -158,6 +158,7 @@ EXAMPLES = [
     ("float64_to_mps", "Cannot convert a float64 Tensor to MPS as the MPS framework doesn't support float64. "
      "Please use float32 instead.", U, "dtype", None, "float64", None),
     ("float64_not_supported", "float64 is not supported on MPS", U, "dtype", None, "float64", None),
+    ("bfloat16_not_supported", "BFloat16 is not supported on MPS", U, "dtype", None, "bfloat16", None),
     ("dtype_not_convertible", "Trying to convert ComplexFloat to the MPS backend but it does not have support "
      "for that dtype.", U, "dtype", None, "complex64", None),
     ("convolution_floating_only", "Convolution is supported only for Floating types", U, "dtype",

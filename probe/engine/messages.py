@@ -382,6 +382,12 @@ _DTYPES_REFUSED = (
     _family("float64_to_mps", "float64 is refused when a tensor is copied to MPS",
             r"Cannot convert a float64 Tensor to MPS as the MPS framework doesn't support float64",
             UNSUPPORTED, "dtype", sources=[_src(MPS_FOLDER, *T_ALL)], dtype="float64"),
+    # EmptyTensor.cpp before bfloat16 came to MPS (pytorch#119641, torch 2.3, macOS 14): refused on any
+    # macOS, and still the text of the last Intel-Mac wheels (torch 2.2).
+    _family("bfloat16_not_supported", "bfloat16 is refused on any macOS (torch 2.0 to 2.2)",
+            r"BFloat16 is not supported on MPS", UNSUPPORTED, "dtype", dtype="bfloat16",
+            reports=["https://github.com/pytorch/pytorch/issues/141864",
+                     "https://github.com/pytorch/pytorch/issues/78168"]),
     _family("float64_not_supported", "float64 is not supported on MPS (short wording)",
             r"float64 is not supported on MPS", UNSUPPORTED, "dtype",
             sources=[_src(MPS_FOLDER, *_since("v2.0.0"))], dtype="float64"),
