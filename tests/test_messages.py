@@ -260,6 +260,10 @@ EXAMPLES = [
     ("placeholder_storage", "Placeholder storage has not been allocated on MPS device!", E, "device_placement",
      None, None, None),
     ("passed_cpu_tensor", "Passed CPU tensor to MPS op", E, "device_placement", None, None, None),
+    ("input_weight_devices", "Input type (MPSFloatType) and weight type (torch.FloatTensor) should be the same",
+     E, "device_placement", None, None, None),
+    ("input_weight_devices", "Input type (MPSBFloat16Type) and weight type (CPUBFloat16Type) should be the same "
+     "or input should be a MKLDNN tensor and weight is a dense tensor", E, "device_placement", None, None, None),
     ("slow_conv2d_devices", "slow_conv2d_forward_mps: input(device='cpu') and weight(device=mps:0')  must be on "
      "the same device", E, "device_placement", "aten::_slow_conv2d_forward", None, None),
     # The generic patterns kept from classify.py.
@@ -401,6 +405,12 @@ def test_fallback_ops_names_each_op_once_in_order():
 
 
 # --- exceptions with no known text ---------------------------------------------------------------
+
+def test_two_mps_types_in_convolution_s_check_are_not_a_placement():
+    # pytorch/pytorch#88978: uint8 input, float32 weight, both on MPS.
+    text = "Input type (MPSByteType) and weight type (MPSFloatType) should be the same"
+    assert classify_message(text, exc_type=RuntimeError)[:2] == (E, "bug")
+
 
 def test_unknown_not_implemented_is_no_kernel_and_anything_else_a_bug():
     assert classify_message("no such thing", exc_type=NotImplementedError)[:2] == (U, "no_kernel")

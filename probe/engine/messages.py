@@ -543,6 +543,14 @@ _MEMORY_AND_DEVICES = (
     _family("passed_cpu_tensor", "A CPU tensor passed to an MPS op",
             r"Passed CPU tensor to MPS op", ERROR, "device_placement",
             sources=[_src(UTILS, *_since("v2.6.0"))]),
+    # Convolution's own check (aten/src/ATen/native/Convolution.cpp), MPS on one side and the CPU on the
+    # other; the same words with two MPS types are a dtype mismatch, left to the generic verdicts.
+    _family("input_weight_devices", "A convolution's input and weight on MPS and the CPU",
+            r"Input type \((?:MPS\w+Type\) and weight type \((?:torch\.\w+Tensor|CPU\w+Type)|"
+            r"(?:torch\.\w+Tensor|CPU\w+Type)\) and weight type \(MPS\w+Type)\) should be the same",
+            ERROR, "device_placement",
+            reports=["https://github.com/pytorch/ignite/issues/2977",
+                     "https://github.com/loscrossos/core_framepackstudio/issues/4"]),
     _family("slow_conv2d_devices", "slow_conv2d with input and weight on different devices",
             r"(?P<op>slow_conv2d_forward)_mps: input\(device='[^']*'\) and weight\(device=[^)]*\)\s+must be on the "
             r"same device", ERROR, "device_placement",
