@@ -875,7 +875,8 @@ Reason kinds, with one real message each (as PyTorch words it on MPS):
 - signal (crash): the worker died; its last stderr line is kept, e.g. "MPSNDArray.mm:124: failed assertion
   `[MPSNDArrayDescriptor sliceDimension:withSubrange:] error: subRange.start (6) is not less than length of
   dimension[0] (6)'" (a crash that names a cause keeps that cause's kind: "total bytes of NDArray > 2**32" is
-  size_limit, an uncaught "c10::NotImplementedError: The operator 'aten::…'" is no_kernel).
+  size_limit, an uncaught "c10::NotImplementedError: The operator 'aten::…'" is no_kernel; MPSGraph's "LLVM
+  ERROR: Failed to infer result type(s)." keeps the MLIR error printed before it).
 - exit (crash): the worker exited during the case (SystemExit, os._exit) without a signal.
 - hang (timeout): no result within the time budget; the worker was killed, and the device is checked (a
   tiny synchronised op) before the next timed case, whose results say so in `notes`.
