@@ -19,7 +19,8 @@ each comes from):
 - float64 inputs are refused when moved to the device, as MPS does;
 - an op gives wrong numbers in one dtype;
 - an op aborts the process after printing what macOS or libc++ print first
-  (a Metal failed assertion, or an uncaught C++ exception naming the op);
+  (a Metal failed assertion, an uncaught C++ exception naming the op, or
+  MPSGraph's compiler error);
 - an op hangs (always, or in the first process only); an op's error surfaces
   only at synchronize; an op raises a given MPS text; an op exits the process;
 - an op runs out of memory, always or until the cache is emptied;
@@ -93,6 +94,11 @@ ABORT_LINES = {
                 "`[MPSNDArray initWithDevice:descriptor:isTextureBacked:] Error: total bytes of NDArray > 2**32'"),
     "uncaught": ("libc++abi: terminating due to uncaught exception of type c10::NotImplementedError: "
                  + NOT_IMPLEMENTED),
+    # MPSGraph's compiler rejecting a kernel's graph (pytorch#78879): the MLIR error, then LLVM's.
+    "mlir": ('loc("mps_multiply"("(mpsFileLoc): /AppleInternal/Library/BuildRoots/0/Library/Caches/com.apple.xbs/'
+             'Sources/MetalPerformanceShadersGraph/mpsgraph/MetalPerformanceShadersGraph/Core/Files/'
+             'MPSGraphUtilities.mm":219:0)): error: input types \'tensor<5xf32>\' and \'tensor<5xi1>\' are not '
+             "broadcast compatible\nLLVM ERROR: Failed to infer result type(s)."),
     "plain": None,
 }
 

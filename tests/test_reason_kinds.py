@@ -19,13 +19,14 @@ CONFIG = {
     "out_of_memory": ["aten::tan"],
     "out_of_memory_once": ["aten::cos"],
     "sync_error": ["aten::sin"],
-    "abort": {"aten::erfinv": "assertion", "aten::atan": "uncaught"},
+    "abort": {"aten::erfinv": "assertion", "aten::atan": "uncaught", "aten::floor": "mlir"},
     "exit": ["aten::neg"],
     "hang": [],
     "hang_once": ["aten::lgamma"],
     "wrong": {"aten::exp": "float32"},
 }
-OPS = ("histc,add,abs,nn.functional.adaptive_avg_pool2d,ceil,tan,cos,sin,erfinv,atan,neg,lgamma,exp,linalg.svd,nonzero,"
+OPS = ("histc,add,abs,nn.functional.adaptive_avg_pool2d,ceil,tan,cos,sin,erfinv,atan,floor,neg,lgamma,exp,linalg.svd,"
+       "nonzero,"
        "nn.functional.interpolate.bilinear,empty_like")
 
 
@@ -107,6 +108,10 @@ def test_crashes_keep_their_stderr_and_what_it_names(results):
     aborted = results("erfinv")[0]
     assert aborted["signal"] == 6 and "failed assertion `[MPSNDArrayDescriptor" in aborted["stderr_tail"]
     assert aborted["message"].endswith("is not less than length of dimension[0] (6)'")
+    compiler = results("floor")[0]
+    assert (compiler["status"], compiler["reason_kind"]) == ("crash", "signal")
+    assert compiler["message"].startswith('loc("mps_multiply"') and compiler["message"].endswith(
+        "are not broadcast compatible LLVM ERROR: Failed to infer result type(s).")
     uncaught = results("atan")[0]
     assert uncaught["stderr_tail"].startswith("libc++abi: terminating due to uncaught exception")
     assert uncaught["message"].startswith("libc++abi")
