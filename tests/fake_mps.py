@@ -195,7 +195,7 @@ class FakeMPSMode(TorchDispatchMode):
             raise TypeError(FLOAT64_REFUSED)
         if _below(self.config, "14.0"):
             if torch.bfloat16 in dtypes:
-                raise RuntimeError(BFLOAT16_NEEDS_14)
+                raise TypeError(BFLOAT16_NEEDS_14)   # TORCH_CHECK_TYPE in EmptyTensor.cpp
             if any(d is not None and d.is_complex for d in dtypes):
                 raise TypeError(COMPLEX_NEEDS_14)
 
