@@ -187,6 +187,26 @@ def test_virtual_machine_runs_are_kept_apart_from_bare_metal(tmp_path, cpu_db):
     conn.close()
 
 
+def test_a_virtual_machine_s_messages_are_told_apart_on_the_op_page(tmp_path, cpu_db):
+    import asyncio
+    from mpsprobe.db.query import op
+    from mpsprobe.site import make_datasette
+    conn, bare = _two_runs(cpu_db, tmp_path / "vm.db", "-vm")
+    conn.execute("UPDATE runs SET os_name = 'macOS', virtualized = 0, device = 'mps'")
+    conn.execute("UPDATE runs SET virtualized = 1 WHERE id = ?", [bare + "-vm"])
+    conn.execute("UPDATE results SET status = 'error', message = 'MPS backend out of memory (MPS allocated: 1.00 GB, "
+                 "other allocations: 0 bytes, max allowed: 1.00 GB).' WHERE op_id = 'add'")
+    conn.commit()
+    said = {(m["device"], m["machine_kind"]) for m in op.messages(conn, "add")}
+    conn.close()
+    assert said == {("mps", "bare metal"), ("mps", "virtual machine")}   # one message, told per machine
+
+    async def page():
+        return await make_datasette(str(tmp_path / "vm.db")).client.get("/-/op/add")
+    text = asyncio.run(page()).text
+    assert "run on mps · virtual machine</td>" in text and "run on mps</td>" in text
+
+
 def test_an_os_split_names_only_the_os_versions_measured(cpu_db, tmp_path):
     from mpsprobe.db.query import history
     from mpsprobe.vocabulary import UNSUPPORTED

@@ -17,6 +17,7 @@ from mpsprobe import suggestions
 from mpsprobe.db.query import (declared as declared_q, history, matrix, op as op_q,
                                runs as runs_q, speed as speed_q)
 from mpsprobe.db.query.op import order_dtypes
+from mpsprobe.db.query.runs import VIRTUAL_MACHINE
 from mpsprobe.db.views import inline_missing, quoted
 from mpsprobe.site import limits
 from mpsprobe.site.common import (ask, cached, cases_url, get_database, op_url, reason_label, render,
@@ -304,6 +305,7 @@ async def op_page(datasette, request):
                       for d in dtypes],
         } for c in configurations]})
     messages = [dict(m, reason_label=reason_label(m["reason_kind"]),
+                     where=m["device"] + (f" · {VIRTUAL_MACHINE}" if m["machine_kind"] == VIRTUAL_MACHINE else ""),
                      suggestions=suggestions.for_case(op_id, m["status"], m["reason_kind"],
                                                       m["dtype"], m["message"], m["min_macos"]))
                 for m in page["messages"]]
