@@ -207,6 +207,22 @@ def test_a_virtual_machine_s_messages_are_told_apart_on_the_op_page(tmp_path, cp
     assert "run on mps · virtual machine</td>" in text and "run on mps</td>" in text
 
 
+def test_canned_queries_across_runs_say_which_rows_a_virtual_machine_measured(tmp_path, cpu_db):
+    from mpsprobe.site.plugins.mpsprobe_site import CANNED_QUERIES
+    conn, bare = _two_runs(cpu_db, tmp_path / "vm.db", "-vm")
+    conn.execute("UPDATE runs SET os_name = 'macOS', virtualized = 0")
+    conn.execute("UPDATE runs SET virtualized = 1 WHERE id = ?", [bare + "-vm"])
+    conn.execute("UPDATE results SET status = 'unsupported' WHERE op_id = 'add'")
+    conn.commit()
+    conn.row_factory = sqlite3.Row
+    firsts = conn.execute(CANNED_QUERIES["first_pass_version"]["sql"], {"op_id": "add"}).fetchall()
+    refused = conn.execute(CANNED_QUERIES["unsupported_for_dtype"]["sql"], {"dtype": ""}).fetchall()
+    conn.close()
+    assert {r["machine_kind"] for r in firsts} == {"bare metal", "virtual machine"}
+    assert {(r["run_id"], r["machine_kind"]) for r in refused} == {(bare, "bare metal"),
+                                                                   (bare + "-vm", "virtual machine")}
+
+
 def test_an_os_split_names_only_the_os_versions_measured(cpu_db, tmp_path):
     from mpsprobe.db.query import history
     from mpsprobe.vocabulary import UNSUPPORTED
