@@ -152,3 +152,28 @@ def test_an_op_name_that_is_no_operator_is_left_to_the_dispatcher():
     # A real operator named by a message is kept as it is.
     kept = refusal(RuntimeError("log_softmax for complex is not supported for MPS"), call, Mps("cpu"))
     assert kept["aten_op"] == "aten::log_softmax" and "named_op" not in (kept["notes"] or {})
+
+
+def test_a_fallback_warning_naming_no_operator_is_pinned_by_dispatch():
+    """'torch.nn.functional.grid_sample falls back…' reads as the op 'nn': no operator, so the
+    warning counts as unnamed and the dispatcher names the op it fired in."""
+    import warnings
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from mpsprobe.engine.execute import fallbacks
+    text = "torch.nn.functional.grid_sample falls back to the CPU for this input"
+
+    class Warning(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func.name().startswith("aten::grid_sampler_2d"):
+                warnings.warn(text)
+            return func(*args, **(kwargs or {}))
+
+    class Mps(Target):
+        def context(self):
+            return Warning()
+
+    def call():
+        torch.nn.functional.grid_sample(torch.randn(1, 1, 3, 3), torch.zeros(1, 2, 2, 2), align_corners=False)
+    assert fallbacks([text])["ops"] == [] and fallbacks([text])["unnamed"] == 1
+    pinned = fallbacks([text], call, Mps("cpu"))
+    assert pinned["ops"] == ["aten::grid_sampler_2d"] and pinned["from_dispatch"] == ["aten::grid_sampler_2d"]

@@ -89,6 +89,9 @@ def fallbacks(texts, call=None, target=None, before=None):
     found = [(text, list(fb)) for text, fb in found if fb]
     if not found:
         return None
+    for _, fb in found:
+        if fb[1] and not _is_aten_op(fb[1]):
+            fb[1] = None   # a word of the text, not an operator ("torch.nn.functional…"): the dispatcher says
     from_dispatch = []
     if call is not None and any(fb[1] is None for _, fb in found):
         seen, _ = witness(call, target, before)
