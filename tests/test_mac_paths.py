@@ -101,6 +101,7 @@ def test_the_pool_shrinks_to_one_worker_once_the_device_is_mps(tmp_path):
 def test_a_live_pid_is_known_without_proc(monkeypatch):
     run = {"state": "running", "pid": 4242, "hostname": "mac"}
     monkeypatch.setattr(sweep.os.path, "isdir", lambda p: False)  # macOS: no /proc
+    monkeypatch.setattr(sweep, "_command_line", lambda pid: "python -m mpsprobe run")
 
     def kill(pid, signal, error=None):
         if error:
@@ -108,6 +109,36 @@ def test_a_live_pid_is_known_without_proc(monkeypatch):
     for error, alive in ((None, True), (PermissionError(), True), (ProcessLookupError(), False)):
         monkeypatch.setattr(sweep.os, "kill", lambda pid, sig, e=error: kill(pid, sig, e))
         assert sweep._recording_now(run, {"hostname": "mac"}) is alive
+
+
+@pytest.mark.parametrize("command, recording", [
+    ("/Users/me/.venv/bin/python /Users/me/.venv/bin/mpsprobe run --ops add", True),
+    ("/opt/homebrew/bin/python3.12 -m ipykernel_launcher -f kernel-1.json", True),  # mpsprobe.probe() in a notebook
+    ("/Applications/Safari.app/Contents/MacOS/Safari", False),                      # the pid, reused
+    ("", False),                                                                     # gone between kill and ps
+    (None, True),                                                                    # cannot tell: assume it is
+])
+def test_a_live_pid_is_a_recorder_only_if_it_could_be_one(monkeypatch, command, recording):
+    run = {"state": "running", "pid": 4242, "hostname": "mac"}
+    monkeypatch.setattr(sweep.os, "kill", lambda pid, sig: None)
+    monkeypatch.setattr(sweep, "_command_line", lambda pid: command)
+    assert sweep._recording_now(run, {"hostname": "mac"}) is recording
+
+
+def test_the_command_line_comes_from_ps_without_proc(monkeypatch):
+    import subprocess
+    monkeypatch.setattr(sweep.os.path, "isdir", lambda p: False)
+    calls = []
+
+    def ps(args, **kwargs):
+        calls.append(args)
+        return subprocess.CompletedProcess(args, 0, stdout="python -m mpsprobe run\n", stderr="")
+    monkeypatch.setattr(subprocess, "run", ps)
+    assert sweep._command_line(4242) == "python -m mpsprobe run"
+    assert calls == [["ps", "-o", "command=", "-p", "4242"]]
+    # Where /proc exists, it answers: this very process.
+    monkeypatch.undo()
+    assert "python" in sweep._command_line(os.getpid()).lower()
 
 
 def test_after_a_killed_hang_the_next_pair_checks_the_device_once():
