@@ -15,8 +15,9 @@ not known exactly, the path is the folder `aten/src/ATen/native/mps`; the
 families in `READ_IN_SOURCE` were also read in the source text itself (how
 `c10::str` joins the pieces), the others name the file that holds the op's MPS
 kernel. Families
-seen only in user reports (extensions such as mmcv, or macOS's own Metal
-assertions) name the report instead.
+seen only in user reports (extensions such as mmcv, macOS's own Metal
+assertions, MPSGraph's compiler) name the report instead, and so do PyTorch
+texts whose tags were not checked in the binaries (a comment names their file).
 
 Three readers use the catalogue:
 
