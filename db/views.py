@@ -56,15 +56,6 @@ def worst_status(column="status"):
     return f"CASE max({status_rank(column)}) {whens} END"
 
 
-def worst_reason(column="status", reason="reason_kind", among=STATUSES):
-    """An aggregate: the reason of the group's most severe case whose status is in
-    `among` (NULL when none is), so a roll-up's reason explains its status. Ranks
-    are one digit, so "rank|reason" texts order by rank first."""
-    assert len(STATUSES) <= 10
-    ranked = f"({status_rank(column)}) || '|' || coalesce({reason}, '')"
-    return f"nullif(substr(max(CASE WHEN {column} IN {in_list(among)} THEN {ranked} END), 3), '')"
-
-
 def status_counts(column="status", prefix=""):
     """`sum(status = 'pass') AS n_pass, …`: one count per status."""
     return ",\n  ".join(f"sum({column} = {quoted(s)}) AS {prefix}n_{s}" for s in STATUSES)

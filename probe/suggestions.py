@@ -62,17 +62,30 @@ def _base(op):
     return op.rsplit("::", 1)[-1].split(".", 1)[0]
 
 
-def upgrade_macos(min_macos):
-    version = f" {min_macos}" if min_macos else ""
-    return Suggestion(f"Upgrade macOS to{version or ' a newer version'}: the MPS kernel needs it.",
-                      MPS_NOTES)
+def _macos_key(version):
+    return tuple(int(x) for x in str(version).split(".") if x.isdigit())
 
 
-def for_case(op_id, status, reason_kind, dtype, message=None, min_macos=None):
-    """The suggestions that fit one failing (status, reason kind, dtype), most useful first."""
+def upgrade_macos(min_macos, have=None, measured_on=None):
+    """What to do about a kernel that needs macOS `min_macos`: `have`, the macOS of the Mac
+    asking (None elsewhere); `measured_on`, the macOS the refusal was measured on."""
+    if min_macos and have and _macos_key(have) >= _macos_key(min_macos):
+        # The refusal says nothing about this Mac: only a measurement here does.
+        return Suggestion(f"This kernel needs macOS {min_macos} and you have {have}: the refusal was measured "
+                          f"on macOS {measured_on or 'an older version'}; measure on this Mac "
+                          "(mpsprobe check MODEL --run --device mps).", MPS_NOTES)
+    version = f" {min_macos}" if min_macos else " a newer version"
+    told = f" (you have {have})" if have else f" (measured on macOS {measured_on})" if measured_on else ""
+    return Suggestion(f"Upgrade macOS to{version}{told}: the MPS kernel needs it.", MPS_NOTES)
+
+
+def for_case(op_id, status, reason_kind, dtype, message=None, min_macos=None, have_macos=None,
+             measured_macos=None):
+    """The suggestions that fit one failing (status, reason kind, dtype), most useful first.
+    `have_macos`: the macOS of the Mac asking; `measured_macos`: the macOS of the answer."""
     found = [BY_OP[_base(op_id)]] if status in (UNSUPPORTED, FALLBACK) and _base(op_id) in BY_OP else []
     if reason_kind == "macos_version" or (message and "macOS" in message and status == UNSUPPORTED):
-        found.append(upgrade_macos(min_macos))
+        found.append(upgrade_macos(min_macos, have_macos, measured_macos))
     if status == UNSUPPORTED:
         if dtype == "complex128":
             found.append(CAST_COMPLEX64)
@@ -98,12 +111,13 @@ def unique(suggestions):
     return list(dict.fromkeys(suggestions))
 
 
-def for_answer(aten_op, status, reason_kinds, dtype, message=None, min_macos=None):
+def for_answer(aten_op, status, reason_kinds, dtype, message=None, min_macos=None, have_macos=None,
+               measured_macos=None):
     """The suggestions for one failing op of a model: `status` as check answers it
     (any broken status counts as unsupported), `reason_kinds` its failures' kinds,
     most frequent first."""
     status = UNSUPPORTED if status in BROKEN and status != ERROR else status
     found = []
     for kind in list(reason_kinds) or [None]:
-        found += for_case(aten_op, status, kind, dtype, message, min_macos)
+        found += for_case(aten_op, status, kind, dtype, message, min_macos, have_macos, measured_macos)
     return unique(found)

@@ -6,7 +6,8 @@ on machines without a Mac, with MPS's exact texts (see messages.py for where
 each comes from):
 
 - an op with no MPS kernel raises NotImplementedError with MPSFallback.mm's
-  text (or torch 1.12's "is not current implemented", `wording: "1.12"`), or,
+  text (or an older torch's: `wording: "1.12"`, "is not current implemented";
+  `wording: "2.0"`, the one pointing at issue 77764), or,
   with PYTORCH_ENABLE_MPS_FALLBACK=1, warns and runs on the CPU. Like
   MPSFallback.mm (a `static` read in TORCH_LIBRARY_IMPL), the switch is read
   once, when the backend loads;
@@ -18,7 +19,8 @@ each comes from):
 - float64 inputs are refused when moved to the device, as MPS does;
 - an op gives wrong numbers in one dtype;
 - an op aborts the process after printing what macOS or libc++ print first
-  (a Metal failed assertion, or an uncaught C++ exception naming the op);
+  (a Metal failed assertion, an uncaught C++ exception naming the op, or
+  MPSGraph's compiler error);
 - an op hangs (always, or in the first process only); an op's error surfaces
   only at synchronize; an op raises a given MPS text; an op exits the process;
 - an op runs out of memory, always or until the cache is emptied;
@@ -54,12 +56,20 @@ NOT_IMPLEMENTED = (
     "in missing op as well as commit hash 0000000. As a temporary fix, you can set the "
     "environment variable `PYTORCH_ENABLE_MPS_FALLBACK=1` to use the CPU as a fallback for "
     "this op. WARNING: this will be slower than running natively on MPS.")
+NOT_IMPLEMENTED_77764 = (  # torch 1.13 to 2.5
+    "The operator '{op}' is not currently implemented for the MPS device. If you want this op to "
+    "be added in priority during the prototype phase of this feature, please comment on "
+    "https://github.com/pytorch/pytorch/issues/77764. As a temporary fix, you can set the "
+    "environment variable `PYTORCH_ENABLE_MPS_FALLBACK=1` to use the CPU as a fallback for "
+    "this op. WARNING: this will be slower than running natively on MPS.")
 NOT_IMPLEMENTED_1_12 = (
     "The operator '{op}' is not current implemented for the MPS device. If you want this op to "
     "be added in priority during the prototype phase of this feature, please comment on "
     "https://github.com/pytorch/pytorch/issues/77764. As a temporary fix, you can set the "
     "environment variable `PYTORCH_ENABLE_MPS_FALLBACK=1` to use the CPU as a fallback for "
     "this op. WARNING: this will be slower than running natively on MPS.")
+# `wording`: the not-implemented text of an older torch.
+WORDINGS = {"1.12": NOT_IMPLEMENTED_1_12, "2.0": NOT_IMPLEMENTED_77764}
 FLOAT64_REFUSED = (
     "Cannot convert a MPS Tensor to float64 dtype as the MPS framework doesn't support "
     "float64. Please use float32 instead.")
@@ -84,6 +94,11 @@ ABORT_LINES = {
                 "`[MPSNDArray initWithDevice:descriptor:isTextureBacked:] Error: total bytes of NDArray > 2**32'"),
     "uncaught": ("libc++abi: terminating due to uncaught exception of type c10::NotImplementedError: "
                  + NOT_IMPLEMENTED),
+    # MPSGraph's compiler rejecting a kernel's graph (pytorch#78879): the MLIR error, then LLVM's.
+    "mlir": ('loc("mps_multiply"("(mpsFileLoc): /AppleInternal/Library/BuildRoots/0/Library/Caches/com.apple.xbs/'
+             'Sources/MetalPerformanceShadersGraph/mpsgraph/MetalPerformanceShadersGraph/Core/Files/'
+             'MPSGraphUtilities.mm":219:0)): error: input types \'tensor<5xf32>\' and \'tensor<5xi1>\' are not '
+             "broadcast compatible\nLLVM ERROR: Failed to infer result type(s)."),
     "plain": None,
 }
 
@@ -118,7 +133,7 @@ DEFAULTS = {
     "raise": {},                                 # op -> an MPS text it raises as a RuntimeError
     "refuse_float64": True,
     "macos": None,                               # e.g. "13.5": refusals and fallbacks of that macOS
-    "wording": None,                             # "1.12": torch 1.12's not-implemented text
+    "wording": None,                             # "1.12", "2.0": that torch's not-implemented text
     "sync_error": [],                            # ops whose error surfaces at synchronize only
     "out_of_memory": [],                         # ops that always run out of memory
     "out_of_memory_once": [],                    # ops that run out of memory until the cache is emptied after
@@ -180,7 +195,7 @@ class FakeMPSMode(TorchDispatchMode):
             raise TypeError(FLOAT64_REFUSED)
         if _below(self.config, "14.0"):
             if torch.bfloat16 in dtypes:
-                raise RuntimeError(BFLOAT16_NEEDS_14)
+                raise TypeError(BFLOAT16_NEEDS_14)   # TORCH_CHECK_TYPE in EmptyTensor.cpp
             if any(d is not None and d.is_complex for d in dtypes):
                 raise TypeError(COMPLEX_NEEDS_14)
 
@@ -220,7 +235,7 @@ class FakeMPSMode(TorchDispatchMode):
         falls_back = _DECOMPOSED.get(name, name) in config["fallback"]
         if name in config["not_implemented"]:
             if not FALLBACK_ENABLED:
-                text = NOT_IMPLEMENTED_1_12 if config.get("wording") == "1.12" else NOT_IMPLEMENTED
+                text = WORDINGS.get(config.get("wording"), NOT_IMPLEMENTED)
                 raise NotImplementedError(text.format(op=name))
             falls_back = True
         if falls_back and (torch.is_warn_always_enabled() or not _warned_once):

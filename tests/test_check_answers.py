@@ -109,6 +109,29 @@ def test_the_5d_convolution_is_blamed_with_its_macos_version(checked):
     assert any("Upgrade macOS to 13.2" in s["text"] for s in conv["suggestions"])
 
 
+def test_the_macos_advice_says_which_macos_answered_and_which_one_asks(probe_db, run_cli, tmp_path, monkeypatch):
+    """'Conv3D needs macOS 13.2; you have 12.7': the refusal was measured on one macOS, the Mac asking
+    may run another, and a newer one than the kernel needs is told to measure, not to upgrade."""
+    from mpsprobe.modelcheck import report as reporting
+    mac = tmp_path / "mac.db"
+    shutil.copy(probe_db, mac)
+    conn = sqlite3.connect(mac)
+    conn.execute("UPDATE runs SET os_name = 'macOS', os_version = '13.1'")
+    conn.commit()
+    conn.close()
+
+    def advice(have):
+        monkeypatch.setattr(reporting, "this_macos", lambda: have)
+        conv = answers(report(run_cli, MODELS / "volume_fft.py", "--db", mac)[1])["aten::convolution", "float32"]
+        return [s["text"] for s in conv["suggestions"]]
+    assert "Upgrade macOS to 13.2 (measured on macOS 13.1): the MPS kernel needs it." in advice(None)
+    assert "Upgrade macOS to 13.2 (you have 12.7): the MPS kernel needs it." in advice("12.7")
+    newer = advice("15.1")
+    assert not any(text.startswith("Upgrade macOS") for text in newer)
+    assert any(text.startswith("This kernel needs macOS 13.2 and you have 15.1: the refusal was measured on "
+                               "macOS 13.1; measure on this Mac") for text in newer)
+
+
 def test_evidence_from_other_shapes_is_said(checked):
     r2c = answers(checked["volume_fft.py"][1])["aten::_fft_r2c", "float32"]
     assert r2c["class"] == "ok"

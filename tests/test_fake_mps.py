@@ -126,12 +126,10 @@ def test_the_fake_reads_the_fallback_switch_once_like_mpsfallback_mm(monkeypatch
 def test_a_simulated_macos_13_refuses_bfloat16_and_complex_and_falls_back_in_kernels():
     config = dict(fake_backend.DEFAULTS, macos="13.6")
     for dtype, text in ((torch.bfloat16, fake_backend.BFLOAT16_NEEDS_14), (torch.complex64, fake_backend.COMPLEX_NEEDS_14)):
-        try:
+        with pytest.raises(TypeError) as refused:   # both are TORCH_CHECK_TYPE in EmptyTensor.cpp / OperationUtils
             with fake_backend.FakeMPSMode(config):
                 torch.ones(2).to(dtype)
-            raise AssertionError("not refused")
-        except (RuntimeError, TypeError) as e:
-            assert str(e) == text
+        assert str(refused.value) == text
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         with fake_backend.FakeMPSMode(config):
@@ -139,3 +137,40 @@ def test_a_simulated_macos_13_refuses_bfloat16_and_complex_and_falls_back_in_ker
             torch.median(torch.ones(3))      # native from macOS 13: runs natively on 13.6
     assert [str(w.message) for w in caught] == [fake_backend.KERNEL_FALLBACKS["aten::nonzero"][1]]
 
+
+
+def test_a_backward_counts_the_fallbacks_of_its_own_kernels(monkeypatch):
+    """On macOS 12, upsampling with a scale factor falls back in the forward (the forward case says
+    so); a backward case is a fallback only where a backward kernel warns, named by dispatch."""
+    import torch.nn.functional as F
+    from torch.testing._internal.opinfo.core import SampleInput
+    from mpsprobe.engine.backward import run_backward_case
+    monkeypatch.setenv("FAKE_MPS", json.dumps({"macos": "12.6"}))
+
+    def upsample(x):
+        return F.interpolate(x, scale_factor=2, mode="bilinear")
+
+    def case():
+        sample = SampleInput(torch.randn(1, 1, 4, 4, requires_grad=True))
+        return run_backward_case(upsample, torch.float32, sample, fake_backend.make_target(),
+                                 "nn.functional.interpolate.bilinear", timing=False)
+    native = case()
+    assert (native["status"], native["fallback_ops"]) == ("pass", [])
+    text = fake_backend.KERNEL_FALLBACKS["aten::upsample_bilinear2d"][1]
+    monkeypatch.setitem(fake_backend.KERNEL_FALLBACKS, "aten::upsample_bilinear2d_backward", ("13.0", text))
+    fell = case()
+    assert (fell["status"], fell["reason_kind"], fell["aten_op"], fell["min_macos"]) == \
+        ("fallback", "kernel_fallback", "aten::upsample_bilinear2d_backward", "13.0")
+    assert fell["notes"]["fallback_ops_from"] == "dispatch"
+
+
+@pytest.mark.parametrize("wording, family", [(None, "not_implemented_141287"), ("2.0", "not_implemented_77764"),
+                                             ("1.12", "not_implemented_1_12")])
+def test_the_fake_refuses_in_each_torch_s_wording(wording, family):
+    from mpsprobe.engine.messages import classify_message
+    config = dict(fake_backend.DEFAULTS, not_implemented=["aten::histc"], wording=wording)
+    with pytest.raises(NotImplementedError) as refused:
+        with fake_backend.FakeMPSMode(config):
+            torch.histc(torch.ones(3), bins=2)
+    verdict = classify_message(str(refused.value))
+    assert (verdict.family, verdict.status, verdict.op) == (family, "unsupported", "aten::histc")

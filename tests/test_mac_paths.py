@@ -101,6 +101,7 @@ def test_the_pool_shrinks_to_one_worker_once_the_device_is_mps(tmp_path):
 def test_a_live_pid_is_known_without_proc(monkeypatch):
     run = {"state": "running", "pid": 4242, "hostname": "mac"}
     monkeypatch.setattr(sweep.os.path, "isdir", lambda p: False)  # macOS: no /proc
+    monkeypatch.setattr(sweep, "_command_line", lambda pid: "python -m mpsprobe run")
 
     def kill(pid, signal, error=None):
         if error:
@@ -108,6 +109,36 @@ def test_a_live_pid_is_known_without_proc(monkeypatch):
     for error, alive in ((None, True), (PermissionError(), True), (ProcessLookupError(), False)):
         monkeypatch.setattr(sweep.os, "kill", lambda pid, sig, e=error: kill(pid, sig, e))
         assert sweep._recording_now(run, {"hostname": "mac"}) is alive
+
+
+@pytest.mark.parametrize("command, recording", [
+    ("/Users/me/.venv/bin/python /Users/me/.venv/bin/mpsprobe run --ops add", True),
+    ("/opt/homebrew/bin/python3.12 -m ipykernel_launcher -f kernel-1.json", True),  # mpsprobe.probe() in a notebook
+    ("/Applications/Safari.app/Contents/MacOS/Safari", False),                      # the pid, reused
+    ("", False),                                                                     # gone between kill and ps
+    (None, True),                                                                    # cannot tell: assume it is
+])
+def test_a_live_pid_is_a_recorder_only_if_it_could_be_one(monkeypatch, command, recording):
+    run = {"state": "running", "pid": 4242, "hostname": "mac"}
+    monkeypatch.setattr(sweep.os, "kill", lambda pid, sig: None)
+    monkeypatch.setattr(sweep, "_command_line", lambda pid: command)
+    assert sweep._recording_now(run, {"hostname": "mac"}) is recording
+
+
+def test_the_command_line_comes_from_ps_without_proc(monkeypatch):
+    import subprocess
+    monkeypatch.setattr(sweep.os.path, "isdir", lambda p: False)
+    calls = []
+
+    def ps(args, **kwargs):
+        calls.append(args)
+        return subprocess.CompletedProcess(args, 0, stdout="python -m mpsprobe run\n", stderr="")
+    monkeypatch.setattr(subprocess, "run", ps)
+    assert sweep._command_line(4242) == "python -m mpsprobe run"
+    assert calls == [["ps", "-o", "command=", "-p", "4242"]]
+    # Where /proc exists, it answers: this very process.
+    monkeypatch.undo()
+    assert "python" in sweep._command_line(os.getpid()).lower()
 
 
 def test_after_a_killed_hang_the_next_pair_checks_the_device_once():
@@ -135,6 +166,17 @@ def test_a_crash_keeps_the_cause_its_stderr_names():
     assert found["reason_kind"] == "no_kernel" and found["aten_op"] == "aten::_linalg_eigh.eigenvalues"
     assert found["message"].startswith("libc++abi")
     assert pool._evidence(["Traceback (most recent call last):", "KeyboardInterrupt"]) == {}
+
+
+def test_a_crash_in_mpsgraph_s_compiler_keeps_the_diagnostic_as_its_message():
+    # pytorch/pytorch#78879: what a worker prints before it aborts.
+    diagnostic = ('loc("mps_multiply"("(mpsFileLoc): /AppleInternal/Library/BuildRoots/b6051351-c030-11ec-96e9-'
+                  '3e7866fcf3a1/Library/Caches/com.apple.xbs/Sources/MetalPerformanceShadersGraph/mpsgraph/'
+                  'MetalPerformanceShadersGraph/Core/Files/MPSGraphUtilities.mm":219:0)): error: input types '
+                  "'tensor<5xf32>' and 'tensor<5xi1>' are not broadcast compatible")
+    found = pool._evidence([diagnostic, "LLVM ERROR: Failed to infer result type(s)."])
+    assert found == {"reason_kind": "signal",
+                     "message": diagnostic + " LLVM ERROR: Failed to infer result type(s)."}
 
 
 def _two_runs(cpu_db, path, suffix):
@@ -174,6 +216,42 @@ def test_virtual_machine_runs_are_kept_apart_from_bare_metal(tmp_path, cpu_db):
     # A Linux VM's passed-through GPU is the hardware itself: not a virtual machine's result.
     assert runs.machine_kind({"virtualized": 1, "os_name": "Ubuntu"}) == runs.BARE_METAL
     conn.close()
+
+
+def test_a_virtual_machine_s_messages_are_told_apart_on_the_op_page(tmp_path, cpu_db):
+    import asyncio
+    from mpsprobe.db.query import op
+    from mpsprobe.site import make_datasette
+    conn, bare = _two_runs(cpu_db, tmp_path / "vm.db", "-vm")
+    conn.execute("UPDATE runs SET os_name = 'macOS', virtualized = 0, device = 'mps'")
+    conn.execute("UPDATE runs SET virtualized = 1 WHERE id = ?", [bare + "-vm"])
+    conn.execute("UPDATE results SET status = 'error', message = 'MPS backend out of memory (MPS allocated: 1.00 GB, "
+                 "other allocations: 0 bytes, max allowed: 1.00 GB).' WHERE op_id = 'add'")
+    conn.commit()
+    said = {(m["device"], m["machine_kind"]) for m in op.messages(conn, "add")}
+    conn.close()
+    assert said == {("mps", "bare metal"), ("mps", "virtual machine")}   # one message, told per machine
+
+    async def page():
+        return await make_datasette(str(tmp_path / "vm.db")).client.get("/-/op/add")
+    text = asyncio.run(page()).text
+    assert "run on mps · virtual machine</td>" in text and "run on mps</td>" in text
+
+
+def test_canned_queries_across_runs_say_which_rows_a_virtual_machine_measured(tmp_path, cpu_db):
+    from mpsprobe.site.plugins.mpsprobe_site import CANNED_QUERIES
+    conn, bare = _two_runs(cpu_db, tmp_path / "vm.db", "-vm")
+    conn.execute("UPDATE runs SET os_name = 'macOS', virtualized = 0")
+    conn.execute("UPDATE runs SET virtualized = 1 WHERE id = ?", [bare + "-vm"])
+    conn.execute("UPDATE results SET status = 'unsupported' WHERE op_id = 'add'")
+    conn.commit()
+    conn.row_factory = sqlite3.Row
+    firsts = conn.execute(CANNED_QUERIES["first_pass_version"]["sql"], {"op_id": "add"}).fetchall()
+    refused = conn.execute(CANNED_QUERIES["unsupported_for_dtype"]["sql"], {"dtype": ""}).fetchall()
+    conn.close()
+    assert {r["machine_kind"] for r in firsts} == {"bare metal", "virtual machine"}
+    assert {(r["run_id"], r["machine_kind"]) for r in refused} == {(bare, "bare metal"),
+                                                                   (bare + "-vm", "virtual machine")}
 
 
 def test_an_os_split_names_only_the_os_versions_measured(cpu_db, tmp_path):

@@ -5,6 +5,8 @@ names (placeholders filled the way `c10::str` fills them: pieces joined with no
 separator, `op.schema().operator_name()` printed as "aten::name.overload",
 ScalarType printed as "Long", "Double", ...), or from public bug reports.
 """
+import re
+
 import pytest
 
 from mpsprobe.engine import messages as m
@@ -156,6 +158,7 @@ EXAMPLES = [
     ("float64_to_mps", "Cannot convert a float64 Tensor to MPS as the MPS framework doesn't support float64. "
      "Please use float32 instead.", U, "dtype", None, "float64", None),
     ("float64_not_supported", "float64 is not supported on MPS", U, "dtype", None, "float64", None),
+    ("bfloat16_not_supported", "BFloat16 is not supported on MPS", U, "dtype", None, "bfloat16", None),
     ("dtype_not_convertible", "Trying to convert ComplexFloat to the MPS backend but it does not have support "
      "for that dtype.", U, "dtype", None, "complex64", None),
     ("convolution_floating_only", "Convolution is supported only for Floating types", U, "dtype",
@@ -257,6 +260,10 @@ EXAMPLES = [
     ("placeholder_storage", "Placeholder storage has not been allocated on MPS device!", E, "device_placement",
      None, None, None),
     ("passed_cpu_tensor", "Passed CPU tensor to MPS op", E, "device_placement", None, None, None),
+    ("input_weight_devices", "Input type (MPSFloatType) and weight type (torch.FloatTensor) should be the same",
+     E, "device_placement", None, None, None),
+    ("input_weight_devices", "Input type (MPSBFloat16Type) and weight type (CPUBFloat16Type) should be the same "
+     "or input should be a MKLDNN tensor and weight is a dense tensor", E, "device_placement", None, None, None),
     ("slow_conv2d_devices", "slow_conv2d_forward_mps: input(device='cpu') and weight(device=mps:0')  must be on "
      "the same device", E, "device_placement", "aten::_slow_conv2d_forward", None, None),
     # The generic patterns kept from classify.py.
@@ -293,6 +300,7 @@ EXAMPLES = [
     ("ndarray_dims_over_2_31", "MetalPerformanceShaders/MPSCore/Types/MPSNDArray.mm:705: failed assertion "
      "`[MPSTemporaryNDArray initWithDevice:descriptor:] Error: product of dimension sizes > 2**31'", C,
      "size_limit", None, None, None),
+    ("mpsgraph_compile_error", "LLVM ERROR: Failed to infer result type(s).", C, "signal", None, None, None),
     ("mps_failed_assertion", "MPSNDArray.mm:124: failed assertion `[MPSNDArrayDescriptor sliceDimension:"
      "withSubrange:] error: subRange.start (6) is not less than length of dimension[0] (6)'", C, "signal", None,
      None, None),
@@ -332,7 +340,7 @@ def test_the_catalogue_is_large_and_well_formed():
         assert f.reason_kind is None or f.reason_kind in REASON_KINDS
         assert f.title and "\n" not in f.title
         assert set(f.fields) <= {"op", "dtype", "min_macos", "mode", "what", "kernel", "backend", "exception",
-                                 "message", "assertion"}, f.name
+                                 "message", "assertion", "detail"}, f.name
     # Every MPS-specific family says where its text comes from.
     for f in MESSAGE_FAMILIES:
         if f not in m._GENERIC:
@@ -398,6 +406,12 @@ def test_fallback_ops_names_each_op_once_in_order():
 
 # --- exceptions with no known text ---------------------------------------------------------------
 
+def test_two_mps_types_in_convolution_s_check_are_not_a_placement():
+    # pytorch/pytorch#88978: uint8 input, float32 weight, both on MPS.
+    text = "Input type (MPSByteType) and weight type (MPSFloatType) should be the same"
+    assert classify_message(text, exc_type=RuntimeError)[:2] == (E, "bug")
+
+
 def test_unknown_not_implemented_is_no_kernel_and_anything_else_a_bug():
     assert classify_message("no such thing", exc_type=NotImplementedError)[:2] == (U, "no_kernel")
     assert classify_message("no such thing", exc_type="c10::NotImplementedError")[:2] == (U, "no_kernel")
@@ -458,6 +472,32 @@ def test_crash_evidence_of_an_uncaught_unknown_exception_is_a_signal_with_its_li
     assert (evidence["reason_kind"], evidence["op"], evidence["line"]) == ("signal", None, line)
 
 
+# pytorch/pytorch#78879 (torch 1.12, macOS 12): a float32 tensor times a bool one on MPS.
+MLIR_LOCATION = ('loc("mps_multiply"("(mpsFileLoc): /AppleInternal/Library/BuildRoots/b6051351-c030-11ec-96e9-'
+                 '3e7866fcf3a1/Library/Caches/com.apple.xbs/Sources/MetalPerformanceShadersGraph/mpsgraph/'
+                 'MetalPerformanceShadersGraph/Core/Files/MPSGraphUtilities.mm":219:0)):')
+MLIR_ERROR = "error: input types 'tensor<5xf32>' and 'tensor<5xi1>' are not broadcast compatible"
+LLVM_ERROR = "LLVM ERROR: Failed to infer result type(s)."
+
+
+@pytest.mark.parametrize("before", [
+    MLIR_LOCATION + " " + MLIR_ERROR + "\n",                       # as pytorch#78879 shows it
+    MLIR_LOCATION + "\n" + MLIR_ERROR + "\n",                      # the error on a line of its own
+    "Batch 1 out of 3:   0%|      | 0/60 [00:00<?, ?it/s]" + MLIR_LOCATION + " " + MLIR_ERROR + "\n",
+])
+def test_an_mpsgraph_compile_error_keeps_the_diagnostic_that_says_why(before):
+    tail = "/Users/me/x.py:3: UserWarning: something\n" + before + LLVM_ERROR + "\nzsh: abort      python x.py\n"
+    evidence = crash_evidence(tail)
+    assert (evidence["family"], evidence["reason_kind"], evidence["op"]) == ("mpsgraph_compile_error", "signal", None)
+    assert evidence["line"] == MLIR_LOCATION + " " + MLIR_ERROR + " " + LLVM_ERROR
+
+
+def test_an_llvm_error_alone_is_kept_as_it_is():
+    assert crash_evidence("warming up\n" + LLVM_ERROR + "\n")["line"] == LLVM_ERROR
+    # A location with no error after it says nothing about this abort.
+    assert crash_evidence(MLIR_LOCATION + "\nsomething else\n" + LLVM_ERROR)["line"] == LLVM_ERROR
+
+
 def test_no_crash_evidence_in_ordinary_stderr():
     assert crash_evidence("") is None
     assert crash_evidence("Traceback (most recent call last):\n  File \"x.py\", line 1\nKeyError: 3\n") is None
@@ -486,7 +526,6 @@ def test_the_readme_lists_every_reason_kind_with_its_example():
     section = readme[readme.index("## What a result means"):]
     section = section[:section.index("\n## ", 1)]
     assert m.WHAT_A_RESULT_MEANS.strip() in section
-    for kind in ("no_kernel", "dtype", "macos_version", "size_limit", "argument", "out_of_memory",
-                 "device_placement", "cpu_fallback", "kernel_fallback", "bug", "signal", "exit", "hang",
-                 "values", "nonfinite", "metadata", "no_unique_answer", "reference_failed"):
-        assert f"- {kind}" in section or f", {kind}" in section, kind
+    listed = set(re.findall(r"^- ([\w, ]+) \(", m.WHAT_A_RESULT_MEANS, re.MULTILINE))
+    listed = {kind for line in listed for kind in line.split(", ")}
+    assert listed == set(REASON_KINDS)  # every reason kind of the vocabulary, and no other word

@@ -19,13 +19,14 @@ CONFIG = {
     "out_of_memory": ["aten::tan"],
     "out_of_memory_once": ["aten::cos"],
     "sync_error": ["aten::sin"],
-    "abort": {"aten::erfinv": "assertion", "aten::atan": "uncaught"},
+    "abort": {"aten::erfinv": "assertion", "aten::atan": "uncaught", "aten::floor": "mlir"},
     "exit": ["aten::neg"],
     "hang": [],
     "hang_once": ["aten::lgamma"],
     "wrong": {"aten::exp": "float32"},
 }
-OPS = ("histc,add,abs,nn.functional.adaptive_avg_pool2d,ceil,tan,cos,sin,erfinv,atan,neg,lgamma,exp,linalg.svd,nonzero,"
+OPS = ("histc,add,abs,nn.functional.adaptive_avg_pool2d,ceil,tan,cos,sin,erfinv,atan,floor,neg,lgamma,exp,linalg.svd,"
+       "nonzero,"
        "nn.functional.interpolate.bilinear,empty_like")
 
 
@@ -107,6 +108,10 @@ def test_crashes_keep_their_stderr_and_what_it_names(results):
     aborted = results("erfinv")[0]
     assert aborted["signal"] == 6 and "failed assertion `[MPSNDArrayDescriptor" in aborted["stderr_tail"]
     assert aborted["message"].endswith("is not less than length of dimension[0] (6)'")
+    compiler = results("floor")[0]
+    assert (compiler["status"], compiler["reason_kind"]) == ("crash", "signal")
+    assert compiler["message"].startswith('loc("mps_multiply"') and compiler["message"].endswith(
+        "are not broadcast compatible LLVM ERROR: Failed to infer result type(s).")
     uncaught = results("atan")[0]
     assert uncaught["stderr_tail"].startswith("libc++abi: terminating due to uncaught exception")
     assert uncaught["message"].startswith("libc++abi")
@@ -128,3 +133,16 @@ def test_every_refusal_and_fallback_kind_of_the_catalogue_appears(db, rows):
     from mpsprobe.engine.messages import MESSAGE_FAMILIES
     kinds = {r["reason_kind"] for r in rows(db, "SELECT reason_kind FROM results")}
     assert {f.reason_kind for f in MESSAGE_FAMILIES if f.reason_kind} <= kinds
+
+
+
+
+def test_backward_cases_record_their_reason_like_forward_ones(results):
+    for dtype, kind, min_macos in (("bfloat16", "macos_version", "14.0"), ("float64", "dtype", None)):
+        refused = results("add", dtype, "backward")
+        assert all((r["status"], r["reason_kind"], r["min_macos"]) == ("unsupported", kind, min_macos)
+                   for r in refused), refused
+    # Out of memory in a backward case's forward is retried there too, then said to be the forward's.
+    tan = results("tan", pass_="backward")
+    assert all((r["status"], r["reason_kind"], notes(r)["retried_after"]) == ("skip", "forward_failed", "out_of_memory")
+               for r in tan)

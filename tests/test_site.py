@@ -803,3 +803,25 @@ def test_history_rows_say_what_ran_each_run_in_the_grids_words(site_db, tmp_path
     page, grid = html.unescape(get(ds, "/-/op/add").text), html.unescape(get(ds, "/-/grid").text)
     assert "on fake-mps · virtual machine —" in page
     assert "fake-mps · macOS 14 · virtual machine" in grid
+
+
+def test_a_grid_cell_gives_the_reason_of_its_worst_cases(tmp_path):
+    """One case refused below macOS 14, another with wrong numbers: the cell is unsupported, and
+    says why in the refusal's words, not the mismatch's."""
+    from mpsprobe.db import schema
+    from mpsprobe.db.query import grid as grid_q
+    from mpsprobe.site.plugins.grid import _why
+    db = schema.open_db(tmp_path / "g.db")
+    db["runs"].insert({"id": "r1", "started": "2026-01-01", "device": "mps", "torch_version": "2.5.0",
+                       "os_name": "macOS", "os_version": "13.6", "state": "complete"})
+    db["ops"].insert({"id": "x", "name": "x"})
+    for i, (status, kind, macos) in enumerate((("mismatch", "values", None),
+                                               ("unsupported", "macos_version", "14.0"), ("pass", None, None))):
+        db["cases"].insert({"id": f"x|float32|{i}", "op_id": "x", "dtype": "float32", "sample_index": i})
+        db["results"].insert({"run_id": "r1", "case_id": f"x|float32|{i}", "op_id": "x", "dtype": "float32",
+                              "status": status, "reason_kind": kind, "min_macos": macos})
+    [cell] = [c for c in grid_q.grid(db.conn)["rows"][0]["cells"] if c]
+    assert (cell["status"], cell["reason_kind"], cell["min_macos"], cell["k"], cell["n"]) == \
+        ("unsupported", "macos_version", "14.0", 1, 3)
+    assert _why(cell) == "needs macOS 14.0"
+    assert _why(dict(cell, reason_kind="values", min_macos=None)) == "wrong values"

@@ -233,3 +233,27 @@ def test_readme_claims_table_names_every_claim_command():
     for claim in CLAIMS:
         for command in claim["command"].split("; "):
             assert command.replace("DEVICE", "cuda") in section or command in section, command
+
+
+def test_a_virtual_machine_s_speed_is_never_shown_as_bare_metal(bench_db, tmp_path):
+    """GitHub's macOS runners are VMs whose GPU is not a Mac's: every speed figure says so."""
+    import shutil
+    from types import SimpleNamespace
+    from mpsprobe.modelcheck.report import speed_of
+    path = tmp_path / "vm.db"
+    shutil.copy(bench_db[0], path)
+    conn = sqlite3.connect(path)
+    conn.execute("UPDATE runs SET os_name = 'macOS', os_version = '14.7', virtualized = 1, device = 'mps'")
+    conn.commit()
+    speed, op = _get(str(path), "/-/speed.json", "/-/op/add")
+    speed = speed.json()
+    wheres = [run["where"] for run in speed["crossovers"]] + [m["where"] for m in speed["models"]]
+    assert wheres and all("virtual machine" in w for w in wheres)
+    assert op.text.count("virtual machine") >= 2  # each ladder chart of add names its machine
+    conn.row_factory = sqlite3.Row
+    assert {r["machine_kind"] for r in speed_q.crossovers(conn)} == {"virtual machine"}
+    model = SimpleNamespace(model="convnet", mode="forward", dtype="float32")
+    assert speed_of(conn, model)["device"] == "mps (virtual machine)"
+    conn.execute("UPDATE runs SET virtualized = 0")
+    assert speed_of(conn, model)["device"] == "mps"
+    conn.close()

@@ -15,9 +15,9 @@ stopped working.
 """
 from collections import defaultdict
 
-from mpsprobe.db.views import in_list, worst_reason, worst_status
+from mpsprobe.db.views import in_list, status_rank, worst_status
 from mpsprobe.versions import major_version, same_release, sort_key
-from mpsprobe.vocabulary import FAILING, FORWARD, PASS_COLUMN, WORKING, worst
+from mpsprobe.vocabulary import FORWARD, PASS_COLUMN, WORKING, worst
 from . import declared as declared_q, present, rows
 from .runs import VIRTUAL_MACHINE, device_rank, list_runs, machine_kind
 
@@ -86,14 +86,19 @@ def _measured(conn, run_ids, op_like, dtype, pass_, only=None):
     # With a page of ops, the op index answers (`+run_id`: not the run's whole key range).
     some = f"AND op_id IN ({', '.join('?' for _ in only)})" if only is not None else ""
     has_kind = "reason_kind" in {r[1] for r in conn.execute("PRAGMA table_info(results)")}
-    kind = worst_reason(among=FAILING) if has_kind else "NULL"
+    # The reason of the worst cases, not of any failing one: "rank|kind|macOS", the highest rank wins.
+    why = (f"max(CASE WHEN status NOT IN {in_list(WORKING)} THEN printf('%02d|%s|%s', {status_rank()}, "
+           "coalesce(reason_kind, ''), coalesce(min_macos, '')) END)" if has_kind else "NULL")
     found = rows(conn, f"""
         SELECT run_id, op_id, {worst_status()} AS status, count(*) AS n,
-               sum(status IN {in_list(WORKING)}) AS k, {kind} AS reason_kind
+               sum(status IN {in_list(WORKING)}) AS k, {why} AS why
         FROM results WHERE {'+' if only is not None else ''}run_id IN ({', '.join('?' for _ in run_ids)})
           AND {PASS_COLUMN} = ?
           AND (? = '' OR op_id LIKE ?) AND (? = '' OR dtype = ?) {some}
         GROUP BY run_id, op_id""", [*run_ids, pass_, op_like, op_like, dtype, dtype, *(only or [])])
+    for r in found:
+        _, kind, macos = (r.pop("why") or "||").split("|")
+        r.update(reason_kind=kind or None, min_macos=macos or None)
     return {(r["run_id"], r["op_id"]): r for r in found}
 
 
@@ -130,8 +135,8 @@ def _ranges(cells):
 
 def grid(conn, op_like="", dtype="", pass_=FORWARD, statuses=(), limit=400, offset=0):
     """{"columns", "groups": [(label, n columns)], "rows": [{"op_id", "cells", "ranges"}],
-    "total": rows before paging}. A cell: {"status", "k", "n", "reason_kind", "run_id",
-    "torch_version", "declared_only"} or None."""
+    "total": rows before paging}. A cell: {"status", "k", "n", "reason_kind", "min_macos" (of the
+    worst cases), "run_id", "torch_version", "declared_only"} or None."""
     cols = columns(conn)
     # Without a status filter a page needs only its own ops: they are picked
     # first, so a page of a 20-run database reads a page of ops, not every result.
@@ -152,7 +157,7 @@ def grid(conn, op_like="", dtype="", pass_=FORWARD, statuses=(), limit=400, offs
                 cell = dict(cell, torch_version=col["torch_version"], declared_only=False)
             elif col["declared"] and (col["declared"], op_id) in declared:
                 cell = {"status": declared[col["declared"], op_id], "k": None, "n": None,
-                        "reason_kind": None, "run_id": None, "declared_only": True,
+                        "reason_kind": None, "min_macos": None, "run_id": None, "declared_only": True,
                         "torch_version": col["torch_version"]}
             cells.append(cell or None)
         if statuses and not any(c and c["status"] in statuses for c in cells):

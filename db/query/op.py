@@ -3,6 +3,7 @@ release, the messages seen, and where to look when the name is not an op."""
 from mpsprobe.versions import same_release, sort_key
 from mpsprobe.vocabulary import PASSES, PASS_COLUMN
 from . import declared as declared_q, history, matrix, rows
+from .runs import machine_kind_sql
 
 DTYPE_ORDER = ("bool", "uint8", "int8", "int16", "int32", "int64", "float16", "bfloat16",
                "float32", "float64", "complex32", "complex64", "complex128")
@@ -20,17 +21,19 @@ def passes(conn, op_id):
 
 
 def messages(conn, op_id, limit=20):
-    """The distinct messages the op's cases gave, most frequent first."""
+    """The distinct messages the op's cases gave, most frequent first, per device and kind of
+    machine (a virtual machine's apart from bare metal's)."""
     have = {r[1] for r in conn.execute("PRAGMA table_info(results)")}
-    kind = "reason_kind" if "reason_kind" in have else "NULL"
-    macos = "min_macos" if "min_macos" in have else "NULL"
+    kind = "results.reason_kind" if "reason_kind" in have else "NULL"
+    macos = "results.min_macos" if "min_macos" in have else "NULL"
+    said = "coalesce(results.message, results.reason)"
     return rows(conn, f"""
-        SELECT status, {kind} AS reason_kind, {macos} AS min_macos, dtype,
-               coalesce(message, reason) AS message, count(*) AS n_cases,
-               count(DISTINCT run_id) AS n_runs, min(run_id) AS run_id
-        FROM results WHERE op_id = ? AND coalesce(message, reason) IS NOT NULL
-          AND coalesce(message, reason) != ''
-        GROUP BY status, coalesce(message, reason) ORDER BY n_cases DESC LIMIT ?""",
+        SELECT results.status, {kind} AS reason_kind, {macos} AS min_macos, results.dtype,
+               {said} AS message, count(*) AS n_cases, count(DISTINCT results.run_id) AS n_runs,
+               min(results.run_id) AS run_id, runs.device, {machine_kind_sql()} AS machine_kind
+        FROM results JOIN runs ON runs.id = results.run_id
+        WHERE results.op_id = ? AND {said} IS NOT NULL AND {said} != ''
+        GROUP BY results.status, {said}, runs.device, machine_kind ORDER BY n_cases DESC LIMIT ?""",
                 [op_id, limit])
 
 

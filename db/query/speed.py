@@ -5,8 +5,12 @@ CLI, the check report and the site alike. Databases without the speed tables
 answer with empty lists.
 """
 from . import present, rows
+from .runs import machine_kind_sql
 
-RUN_FIELDS = "r.device, r.device_name, r.torch_version, r.os_name, r.os_version, r.chip, r.started"
+# What a speed figure was measured on, down to what makes it unlike bare metal's
+# (site.common.run_label's words): a virtual machine's GPU is never shown as a Mac's.
+RUN_FIELDS = ("r.device, r.device_name, r.torch_version, r.os_name, r.os_version, r.chip, r.started, "
+              f"r.virtualized, r.translated, r.backend, r.device_env, {machine_kind_sql('r')} AS machine_kind")
 
 # Ladders whose target never beats the CPU, even at the largest rung measured (the
 # canned query "Slowest ops against the CPU" once ladders exist; :device may be '').

@@ -21,10 +21,10 @@ import torch
 from torch.utils._pytree import tree_flatten
 
 from mpsprobe.ops import samples as sample_tools
-from mpsprobe.vocabulary import REASON_KINDS, REFUSED_AT_TRANSFER, SKIP
+from mpsprobe.vocabulary import FALLBACK, REASON_KINDS, REFUSED_AT_TRANSFER, SKIP
 from . import ambiguity, classify, judge, precision
 from .aten import recorded_once
-from .execute import _call, _call_on_target, _result
+from .execute import OUT_OF_MEMORY, _call, _call_on_target, _moved, _out_of_memory, _result, fallbacks, refusal
 from .timing import median_ms
 from .verdict import compare
 
@@ -127,13 +127,19 @@ def run_backward_case(op, dtype, sample, target, op_key, timing=True, aten_cache
         return done(SKIP, why, NO_UNIQUE_ANSWER, check_kind="none")
     if not _grad_inputs(cpu_args):
         return done(SKIP, "no input of this sample requires grad", NO_GRADIENT, check_kind="none")
+    def refused(e, prefix, **fields):
+        """The result for an exception the target raised, read through the catalogue like a forward
+        case's: reason kind, the op, the minimum macOS, the dtype named."""
+        found = refusal(e)
+        found["notes"] = dict(notes, **target.memory(), **(found["notes"] or {})) or None
+        status, reason, kind = found.pop("status"), found.pop("reason"), found.pop("reason_kind")
+        return done(status, prefix + reason, kind, **dict(found, **fields))
+
+    notes = {}
     try:
-        with target.context():
-            target_args = sample_tools.to_device(cpu_args, target.torch_device)
+        target_args = _moved(cpu_args, target)
     except Exception as e:
-        status, aten_op, reason = classify.classify_error(e)
-        return done(status, f"{REFUSED_AT_TRANSFER}: {reason}", None, check_kind="none",
-                    error_type=type(e).__name__, message=classify.first_line(e), aten_op=aten_op)
+        return refused(e, f"{REFUSED_AT_TRANSFER}: ")
     truth_args = sample_tools.upcast(cpu_args, dtype)
     record_args = sample_tools.to_device(cpu_args, "cpu")
     summary = sample_tools.summarize(sample)
@@ -166,39 +172,62 @@ def run_backward_case(op, dtype, sample, target, op_key, timing=True, aten_cache
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        try:
-            target_out, target_args = _call_on_target(op, cpu_args, target_args, target)
-        except Exception as e:
-            return done(SKIP, f"the forward fails on the target: {classify.classify_error(e)[2]}",
-                        FORWARD_FAILED, check_kind="none", error_type=type(e).__name__,
-                        message=classify.first_line(e), **fields)
-        # The forward must agree before its gradients can be judged alone.
-        if len(tree_flatten(target_out)[0]) != len(tree_flatten(cpu_out)[0]):
-            return done(SKIP, "the forward's outputs differ on the target", FORWARD_FAILED,
-                        check_kind="none", **fields)
-        target_outputs = _picked(target_out, positions)
-        forward = compare([o.detach() for o in target_outputs], [o.detach() for o in cpu_outputs],
-                          [o.detach() for o in truth_outputs] if truth_outputs else None, dtype,
-                          device_type=target.torch_device.type)
-        if forward.undecided:
-            return done(SKIP, f"the forward has no unique answer here ({forward.reason})",
-                        NO_UNIQUE_ANSWER, check_kind="none", **fields)
-        if not forward.ok:
-            return done(SKIP, f"the forward differs on the target ({forward.reason}): its gradients "
-                              "are not judged on their own", FORWARD_FAILED, check_kind="none", **fields)
-        try:
-            with target.context():
-                moved = sample_tools.to_device(grad_outputs, target.torch_device)
-                target_inputs = _grad_inputs(target_args)
-                target_grads = _gradients(target_outputs, target_inputs, moved, retain=timing)
-                target.synchronize()
-        except Exception as e:
-            status, aten_op, reason = classify.classify_error(e)
-            return done(status, f"backward: {reason}", None, check_kind="none", error_type=type(e).__name__,
-                        message=classify.first_line(e), aten_op=aten_op,
-                        fallback_ops=classify.fallback_ops(str(w.message) for w in caught), **fields)
-    fallen_back = classify.fallback_ops(str(w.message) for w in caught)
-    fields["fallback_ops"] = fallen_back
+        for attempt in (1, 2):
+            out_of_memory = False
+            try:
+                target_out, target_args = _call_on_target(op, cpu_args, target_args, target)
+            except Exception as e:
+                if attempt == 2 or not _out_of_memory(e):
+                    return done(SKIP, f"the forward fails on the target: {classify.classify_error(e)[2]}",
+                                FORWARD_FAILED, check_kind="none", error_type=type(e).__name__,
+                                message=classify.first_line(e), notes=notes or None, **fields)
+                out_of_memory = True
+            if not out_of_memory:
+                # The forward must agree before its gradients can be judged alone.
+                if len(tree_flatten(target_out)[0]) != len(tree_flatten(cpu_out)[0]):
+                    return done(SKIP, "the forward's outputs differ on the target", FORWARD_FAILED,
+                                check_kind="none", **fields)
+                target_outputs = _picked(target_out, positions)
+                forward = compare([o.detach() for o in target_outputs], [o.detach() for o in cpu_outputs],
+                                  [o.detach() for o in truth_outputs] if truth_outputs else None, dtype,
+                                  device_type=target.torch_device.type)
+                if forward.undecided:
+                    return done(SKIP, f"the forward has no unique answer here ({forward.reason})",
+                                NO_UNIQUE_ANSWER, check_kind="none", **fields)
+                if not forward.ok:
+                    return done(SKIP, f"the forward differs on the target ({forward.reason}): its gradients "
+                                      "are not judged on their own", FORWARD_FAILED, check_kind="none", **fields)
+                backward_from = len(caught)  # the forward's own fallbacks are its case's to report
+                try:
+                    with target.context():
+                        moved = sample_tools.to_device(grad_outputs, target.torch_device)
+                        target_inputs = _grad_inputs(target_args)
+                        target_grads = _gradients(target_outputs, target_inputs, moved, retain=timing)
+                        target.synchronize()
+                except Exception as e:
+                    if attempt == 2 or not _out_of_memory(e):
+                        fell = fallbacks([str(w.message) for w in caught[backward_from:]])
+                        return refused(e, "backward: ", fallback_ops=fell["ops"] if fell else [], **fields)
+                    out_of_memory = True
+            if not out_of_memory:
+                break
+            # Out of memory may be the cache of earlier cases: empty it and try once more, from fresh
+            # inputs. Not inside the except clause, whose exception holds the failed call's tensors.
+            target_out = target_outputs = target_inputs = moved = target_grads = target_args = None
+            target.empty_cache()
+            notes["retried_after"] = OUT_OF_MEMORY
+            target_args = _moved(cpu_args, target)
+    # Fallback by meaning, as in a forward case, among the backward's own warnings: one that names
+    # no op is pinned on the op being dispatched when it fired (the backward runs again, witnessed).
+    def forward_again():
+        args = sample_tools.to_device(cpu_args, target.torch_device)
+        return _picked(_call(op, args), positions), _grad_inputs(args)
+
+    def backward_again(forward):
+        _gradients(*forward, sample_tools.to_device(grad_outputs, target.torch_device))
+    fell = fallbacks([str(w.message) for w in caught[backward_from:]], backward_again, target, forward_again)
+    fields["fallback_ops"] = fell["ops"] if fell else []
+    fallen_back = (fell["ops"] + (["an op no warning names"] if fell["unnamed"] else [])) if fell else []
 
     applicable = precision.applicable_mode(aten_ops, modes, dtype, aten_shapes) if modes else None
     verdict = compare(target_grads, cpu_grads, truth_grads, dtype, device_type=target.torch_device.type,
@@ -213,8 +242,16 @@ def run_backward_case(op, dtype, sample, target, op_key, timing=True, aten_cache
                               trivial_input=grad_outputs[0], modes=allowance)
     fields.update(verdict.result_fields())
     status, reason, kind = judge.status_of(verdict, judge.Judgement(), fallen_back, False, applicable, False)
+    if fell:
+        fields["min_macos"] = fell["min_macos"]
+        if fell["from_dispatch"]:
+            notes["fallback_ops_from"] = "dispatch"
+        if status == FALLBACK:
+            kind = fell["kind"]
+            fields["aten_op"] = fell["ops"][0] if fell["ops"] else None
     if verdict.notes:
-        fields["notes"] = list(verdict.notes)
+        notes["verdict"] = list(verdict.notes)
+    fields["notes"] = notes or None
     if verdict.precision_mode:
         fields["precision_mode"] = verdict.precision_mode
     if timing:

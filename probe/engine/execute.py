@@ -50,6 +50,10 @@ def refusal(exc, call=None, target=None):
     if verdict.family is None and verdict.reason_kind == "bug":
         reason = f"{type(exc).__name__} on the target only"
     aten_op = verdict.op
+    if aten_op is not None and not _is_aten_op(aten_op):
+        # A kernel's own name for itself, not an operator ("nlld_loss", nll_loss2d's MPS
+        # kernel): the dispatcher says which op raised it.
+        notes["named_op"], aten_op = aten_op, None
     if aten_op is None and call is not None and verdict.reason_kind != OUT_OF_MEMORY:
         _, raised_by = witness(call, target)
         if raised_by:
@@ -60,7 +64,17 @@ def refusal(exc, call=None, target=None):
                 message=classify.first_line(exc), check_kind="none", notes=notes or None)
 
 
-def fallbacks(texts, call=None, target=None):
+def _is_aten_op(name):
+    """False only for an 'aten::' name that torch has no operator for (other namespaces load late)."""
+    namespace, _, op = name.partition("::")
+    if namespace != "aten":
+        return True
+    base, _, overload = op.partition(".")
+    packet = getattr(torch.ops.aten, base, None)
+    return packet is not None and (not overload or overload in packet.overloads())
+
+
+def fallbacks(texts, call=None, target=None, before=None):
     """What the CPU-fallback warnings among `texts` say, as a dict; None when none says work ran on the CPU.
 
     Keys: kind (cpu_fallback when PyTorch's generic fallback ran, else
@@ -68,15 +82,19 @@ def fallbacks(texts, call=None, target=None):
     named), unnamed (warnings whose op is still unknown), from_dispatch (ops
     named by the dispatch witness). A warning that names no op is attributed,
     when `call` is given, to the aten op being dispatched when it fired, by
-    running the call once more under a DispatchWitness.
+    running the call once more under a DispatchWitness (after `before`, outside it:
+    witness.witness).
     """
     found = [(text, classify.fallback_from_warning(text)) for text in texts]
     found = [(text, list(fb)) for text, fb in found if fb]
     if not found:
         return None
+    for _, fb in found:
+        if fb[1] and not _is_aten_op(fb[1]):
+            fb[1] = None   # a word of the text, not an operator ("torch.nn.functional…"): the dispatcher says
     from_dispatch = []
     if call is not None and any(fb[1] is None for _, fb in found):
-        seen, _ = witness(call, target)
+        seen, _ = witness(call, target, before)
         by_text = {}
         for text, op in seen:
             if op:
@@ -94,6 +112,10 @@ def fallbacks(texts, call=None, target=None):
     return {"kind": CPU_FALLBACK if CPU_FALLBACK in kinds else KERNEL_FALLBACK, "ops": ops,
             "min_macos": max(versions, key=_macos_key) if versions else None,
             "unnamed": sum(1 for _, (_, op, _) in found if not op), "from_dispatch": from_dispatch}
+
+
+def _out_of_memory(exc):
+    return classify.classify_message(str(exc), exc_type=type(exc)).reason_kind == OUT_OF_MEMORY
 
 
 def _moved(cpu_args, target):
@@ -186,19 +208,26 @@ def run_case(op, dtype, sample, target, nondeterministic=False, timing=True, unc
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
+            out_of_memory = False
             try:
                 target_out, target_args = _call_on_target(op, cpu_args, target_args, target)
             except Exception as e:
-                if classify.classify_message(str(e), exc_type=type(e)).reason_kind != OUT_OF_MEMORY:
+                if not _out_of_memory(e):
                     raise
-                # Out of memory may be the cache of earlier cases: empty it and try once more.
+                out_of_memory = True
+            if out_of_memory:
+                # Out of memory may be the cache of earlier cases: empty it and try once more, with
+                # fresh inputs. Not inside the except clause: until it ends, the exception's frames
+                # hold the failed call's tensors, and emptying the cache would not free them.
+                target_args = None
                 target.empty_cache()
                 notes["retried_after"] = OUT_OF_MEMORY
                 target_args = _moved(cpu_args, target)
                 target_out, target_args = _call_on_target(op, cpu_args, target_args, target)
         except Exception as e:
             refused = refusal(e, _target_call(op, target_args), target)
-            refused["notes"] = dict(notes, **(refused["notes"] or {})) or None
+            # The device's memory when it refused: an out-of-memory says how full it was.
+            refused["notes"] = dict(notes, **target.memory(), **(refused["notes"] or {})) or None
             fell = fallbacks([str(w.message) for w in caught])
             return dict(refused, fallback_ops=fell["ops"] if fell else [],
                         duration_s=time.perf_counter() - started, **fields)

@@ -359,9 +359,10 @@ def distribution(op_key, draw_args, target):
             result = distributions.check_sample(op_key, inp, rest, kwargs, n=DRAW_VALUES,
                                                 max_calls=DRAW_CALLS)
     except Exception as e:
-        status, aten_op, reason = classify.classify_error(e)
-        return status, f"drawing again on the target: {reason}", None, {
-            "error_type": type(e).__name__, "message": classify.first_line(e), "aten_op": aten_op}
+        found = classify.classify_message(str(e), exc_type=type(e))
+        return found.status, f"drawing again on the target: {classify.classify_error(e)[2]}", found.reason_kind, {
+            "error_type": type(e).__name__, "message": classify.first_line(e), "aten_op": found.op,
+            "min_macos": found.min_macos}
     fields = {"check_kind": DISTRIBUTION if result.status != SKIP else SHAPE_CHECK}
     if math.isfinite(result.statistic) and math.isfinite(result.threshold):
         fields["notes"] = [f"deciding statistic {result.statistic:.4g}, threshold {result.threshold:.4g}"]

@@ -15,8 +15,9 @@ not known exactly, the path is the folder `aten/src/ATen/native/mps`; the
 families in `READ_IN_SOURCE` were also read in the source text itself (how
 `c10::str` joins the pieces), the others name the file that holds the op's MPS
 kernel. Families
-seen only in user reports (extensions such as mmcv, or macOS's own Metal
-assertions) name the report instead.
+seen only in user reports (extensions such as mmcv, macOS's own Metal
+assertions, MPSGraph's compiler) name the report instead, and so do PyTorch
+texts whose tags were not checked in the binaries (a comment names their file).
 
 Three readers use the catalogue:
 
@@ -28,7 +29,8 @@ Three readers use the catalogue:
   `cpu_fallback`; a kernel's own fallback (often below a macOS version) is
   `kernel_fallback`, with the minimum macOS where the text names one.
 * `crash_evidence(stderr_tail)`: what a dead worker's last stderr lines say
-  (an uncaught C++ exception, a Metal or MPS failed assertion), and the op.
+  (an uncaught C++ exception, a Metal or MPS failed assertion, MPSGraph
+  failing to compile a kernel's graph), and the op.
 
 No torch import: the catalogue is plain text matching.
 """
@@ -381,6 +383,12 @@ _DTYPES_REFUSED = (
     _family("float64_to_mps", "float64 is refused when a tensor is copied to MPS",
             r"Cannot convert a float64 Tensor to MPS as the MPS framework doesn't support float64",
             UNSUPPORTED, "dtype", sources=[_src(MPS_FOLDER, *T_ALL)], dtype="float64"),
+    # EmptyTensor.cpp before bfloat16 came to MPS (pytorch#119641, torch 2.3, macOS 14): refused on any
+    # macOS, and still the text of the last Intel-Mac wheels (torch 2.2).
+    _family("bfloat16_not_supported", "bfloat16 is refused on any macOS (torch 2.0 to 2.2)",
+            r"BFloat16 is not supported on MPS", UNSUPPORTED, "dtype", dtype="bfloat16",
+            reports=["https://github.com/pytorch/pytorch/issues/141864",
+                     "https://github.com/pytorch/pytorch/issues/78168"]),
     _family("float64_not_supported", "float64 is not supported on MPS (short wording)",
             r"float64 is not supported on MPS", UNSUPPORTED, "dtype",
             sources=[_src(MPS_FOLDER, *_since("v2.0.0"))], dtype="float64"),
@@ -536,6 +544,14 @@ _MEMORY_AND_DEVICES = (
     _family("passed_cpu_tensor", "A CPU tensor passed to an MPS op",
             r"Passed CPU tensor to MPS op", ERROR, "device_placement",
             sources=[_src(UTILS, *_since("v2.6.0"))]),
+    # Convolution's own check (aten/src/ATen/native/Convolution.cpp), MPS on one side and the CPU on the
+    # other; the same words with two MPS types are a dtype mismatch, left to the generic verdicts.
+    _family("input_weight_devices", "A convolution's input and weight on MPS and the CPU",
+            r"Input type \((?:MPS\w+Type\) and weight type \((?:torch\.\w+Tensor|CPU\w+Type)|"
+            r"(?:torch\.\w+Tensor|CPU\w+Type)\) and weight type \(MPS\w+Type)\) should be the same",
+            ERROR, "device_placement",
+            reports=["https://github.com/pytorch/ignite/issues/2977",
+                     "https://github.com/loscrossos/core_framepackstudio/issues/4"]),
     _family("slow_conv2d_devices", "slow_conv2d with input and weight on different devices",
             r"(?P<op>slow_conv2d_forward)_mps: input\(device='[^']*'\) and weight\(device=[^)]*\)\s+must be on the "
             r"same device", ERROR, "device_placement",
@@ -591,6 +607,13 @@ _CRASHES = (
             r"failed assertion `\[MPS\w*NDArray initWithDevice:descriptor:\] Error: "
             r"product of dimension sizes > 2\*\*31'",
             CRASH, "size_limit", channel=PRINTED, reports=["https://github.com/liuliu/swift-diffusion/issues/41"]),
+    # MPSGraph's compiler checks the graph a kernel built: an MLIR diagnostic naming the graph node
+    # ('loc("mps_add"(...MPSGraphUtilities.mm":228:0)): error: input types ... are not broadcast
+    # compatible'), then this line, then abort. crash_evidence keeps the diagnostic with it.
+    _family("mpsgraph_compile_error", "MPSGraph could not compile the graph a kernel built (LLVM ERROR, abort)",
+            r"LLVM ERROR: (?P<detail>.+)", CRASH, "signal", channel=PRINTED,
+            reports=["https://github.com/pytorch/pytorch/issues/78879",
+                     "https://github.com/AUTOMATIC1111/stable-diffusion-webui/issues/2198"]),
     _family("mps_failed_assertion", "An MPS or Metal failed assertion (a bug in a kernel or in MPS)",
             r"failed assertion `(?P<assertion>[^\n]*)", CRASH, "signal", channel=PRINTED,
             reports=["https://github.com/pytorch/pytorch/issues/96153",
@@ -787,10 +810,13 @@ def crash_evidence(stderr_tail):
     c10::NotImplementedError: The operator 'aten::…'" are those of the message.
     """
     lines = [line.strip() for line in str(stderr_tail or "").splitlines() if line.strip()]
-    for line in reversed(lines):
+    for at in range(len(lines) - 1, -1, -1):
+        line = lines[at]
         family, m = match_family(line, _CRASH_FAMILIES)
         if family is None:
             continue
+        if family.name == "mpsgraph_compile_error":
+            line = _with_diagnostic(lines, at)
         evidence = dict(family=family.name, reason_kind=family.reason_kind, op=None, dtype=None,
                         min_macos=None, line=line)
         if "message" in m.groupdict():
@@ -800,6 +826,24 @@ def crash_evidence(stderr_tail):
                                 min_macos=inner.min_macos)
         return evidence
     return None
+
+
+# An MLIR diagnostic, as MPSGraph prints it: 'loc("node"("(mpsFileLoc): ...":228:0)): error: ...',
+# sometimes with "error: ..." on a line of its own after the location.
+_MLIR_LOCATION = re.compile(r'loc\("[^"]*"\(')
+_MLIR_ERROR = re.compile(r"(?:^|\): ?)error: \S")
+
+
+def _with_diagnostic(lines, at):
+    """The fatal line at `at`, after the MLIR diagnostic that says why when one comes just before it."""
+    for start in range(at - 1, max(at - 3, -1), -1):
+        found = _MLIR_LOCATION.search(lines[start])
+        if found:
+            cause = [lines[start][found.start():]] + lines[start + 1:at]   # without a progress bar before it
+            if any(_MLIR_ERROR.search(text) for text in cause):
+                return " ".join(cause + [lines[at]])
+            break
+    return lines[at]
 
 
 def first_line(text, limit=500):
@@ -832,15 +876,23 @@ Reason kinds, with one real message each (as PyTorch words it on MPS):
 - signal (crash): the worker died; its last stderr line is kept, e.g. "MPSNDArray.mm:124: failed assertion
   `[MPSNDArrayDescriptor sliceDimension:withSubrange:] error: subRange.start (6) is not less than length of
   dimension[0] (6)'" (a crash that names a cause keeps that cause's kind: "total bytes of NDArray > 2**32" is
-  size_limit, an uncaught "c10::NotImplementedError: The operator 'aten::…'" is no_kernel).
+  size_limit, an uncaught "c10::NotImplementedError: The operator 'aten::…'" is no_kernel; MPSGraph's "LLVM
+  ERROR: Failed to infer result type(s)." keeps the MLIR error printed before it).
 - exit (crash): the worker exited during the case (SystemExit, os._exit) without a signal.
 - hang (timeout): no result within the time budget; the worker was killed, and the device is checked (a
   tiny synchronised op) before the next timed case, whose results say so in `notes`.
 - values, nonfinite, metadata (mismatch): the target ran natively, but "output: max abs error 0.52 (CPU's
   own: 0), 5.2e+02× the floors, allowed 1×", a NaN/Inf pattern, or a shape, dtype or device differs.
+- trivial_answer (mismatch): the output is no better than a guess: "output: equals zeros, which is wrong here
+  (3.1e+02× the floors, allowed 1×)" (zeros, the input unchanged, or NaN).
+- distribution (pass, mismatch): a random op judged by a statistical test: "uniform(0, 1): failed ks; 4096
+  values in 4 calls; false-alarm rate <= 1e-06; ...".
 - no_unique_answer (skip): a random op, or outputs with ties or free signs: shape, dtype and device checked.
 - reduced_precision (pass, mismatch, skip): the kernel ran in a reduced-precision mode of the target (TF32,
   fast math), judged against that mode's error (README: Reduced precision and summation order).
 - summation_order (pass): within the error any order of summation may make (blocked, split, Winograd, FFT).
 - reference_failed (skip): the CPU itself raised on the sample, so there is nothing to compare with.
+- forward_failed (skip): a backward, in-place or out= case whose forward already fails or differs on the
+  target: "the forward's outputs differ on the target" (the forward case says why).
+- no_gradient (skip): a backward case with nothing to differentiate: "no input of this sample requires grad".
 """

@@ -40,8 +40,25 @@ def _check_writable(path):
                          "writable (SQLite keeps its journal next to the database)")
 
 
+def _command_line(pid):
+    """The command line of process `pid` as text ("" for an unreaped corpse), or None when it
+    cannot be read: /proc where it exists, else ps (macOS has no /proc)."""
+    if os.path.isdir("/proc/self"):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                return f.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            return ""
+    import subprocess
+    try:
+        out = subprocess.run(["ps", "-o", "command=", "-p", str(pid)], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() if out.returncode == 0 else ""
+
+
 def _recording_now(run, env):
-    """True when a live mpsprobe process on this host is recording `run` right now."""
+    """True when a live mpsprobe process on this host may be recording `run` right now."""
     pid = run.get("pid")
     if (run["state"] != "running" or not pid or pid == os.getpid()
             or run.get("hostname") != env.get("hostname")):
@@ -52,13 +69,10 @@ def _recording_now(run, env):
         return False
     except PermissionError:
         pass  # alive, another user's
-    if not os.path.isdir("/proc/self"):
-        return True
-    try:  # where /proc exists, tell mpsprobe from a reused pid or an unreaped corpse
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return b"mpsprobe" in f.read()
-    except OSError:
-        return False
+    # Tell a recorder from a reused pid or an unreaped corpse. A recorder is `mpsprobe` or a
+    # Python calling mpsprobe.probe (a notebook's kernel names no mpsprobe): any Python counts.
+    command = _command_line(pid)
+    return command is None or "mpsprobe" in command or "python" in command.lower()
 
 
 def default_workers(device, cpu_count):

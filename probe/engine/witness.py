@@ -42,20 +42,23 @@ class DispatchWitness(TorchDispatchMode):
                 self.warned.setdefault(index, name)
 
 
-def witness(call, target):
+def witness(call, target, before=None):
     """Run `call()` on `target` again under a DispatchWitness.
 
     Returns ([(warning text, aten op or None)], op an exception rose from or None).
     The witness sits inside the target's own context, so a backend that warns
     from its own dispatch mode (the test backend) is seen like a real kernel.
+    `before`: run first, outside the witness (its warnings name no op), its result
+    passed to `call` (a backward's forward).
     """
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         recorder = DispatchWitness(caught)
         try:
             with target.context():
+                prepared = before() if before else None
                 with recorder:
-                    call()
+                    call(prepared) if before else call()
                 target.synchronize()
         except Exception:
             pass

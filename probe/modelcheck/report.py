@@ -6,12 +6,15 @@ mpsprobe.db.query.blame, and which evidence answers the model's own use of an
 op (its shapes and arguments) in .matching. The words and symbols are
 mpsprobe.vocabulary's answers; this module formats the whole report, lines or JSON.
 """
+import platform
+import sys
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Optional
 
 from mpsprobe import suggestions as advice
 from mpsprobe.db.query import blame
+from mpsprobe.db.query.runs import VIRTUAL_MACHINE
 from mpsprobe.vocabulary import (ANSWER, ANSWERS, FAIL_ON, FALLBACK, MISMATCH, OK, OTHER_DTYPES,
                                  UNCHECKED, UNKNOWN, UNSUPPORTED)
 from .capture import CheckError, ModelOps, OpUse, ops_from_json  # noqa: F401 (re-exported)
@@ -140,9 +143,16 @@ def _speed_lines(speed, mode, device):
             f"timed: {speed['note']})"]
 
 
+def this_macos():
+    """The macOS version of the Mac asking ("13.6"), None on any other system."""
+    return (platform.mac_ver()[0] or None) if sys.platform == "darwin" else None
+
+
 def answer(conn, model_ops, run, model_ms=None, recorded_in=None):
     """The Report for `model_ops` against one run (a runs-table row)."""
     evidence = Evidence(conn, run["id"])
+    have_macos = this_macos()
+    measured_macos = run.get("os_version") if run.get("os_name") == "macOS" else None
     answers = []
     for use in model_ops.ops:
         m = evidence.match(use)
@@ -152,7 +162,8 @@ def answer(conn, model_ops, run, model_ms=None, recorded_in=None):
         if m.klass in (UNSUPPORTED, MISMATCH, FALLBACK):
             kinds = [k for k, _ in ev.kinds.most_common()] if ev else []
             min_macos = max(ev.min_macos, key=_version, default=None) if ev else None
-            tips = advice.for_answer(use.aten_op, m.status, kinds, use.dtype, message, min_macos)
+            tips = advice.for_answer(use.aten_op, m.status, kinds, use.dtype, message, min_macos,
+                                     have_macos, measured_macos)
         answers.append(OpAnswer(use, m.klass, m.status, m.note, sorted(ev.via) if ev else [],
                                 message, blame.timing(ev), m.confidence, tips))
     answers.sort(key=lambda a: (ORDER[a.klass], a.use.aten_op, a.use.dtype or ""))
@@ -168,12 +179,15 @@ def speed_of(conn, model_ops):
     sweeps = [s for s in speed_q.model_sweeps(conn, model=model_ops.model)
               if s["mode"] == mode and s["dtype"] == model_ops.dtype
               and (s["device"] or "cpu").split(":")[0] != "cpu"]
+    # Bare metal answers before a virtual machine, whose GPU is not a Mac's; newest first within each.
+    sweeps.sort(key=lambda s: s["machine_kind"] == VIRTUAL_MACHINE)
     timed = [r for s in sweeps[:1] for r in s["rows"] if r.get("speedup")]
     if not timed:
         return None
     best = max(timed, key=lambda r: r["speedup"])
     s = sweeps[0]
-    return {"run_id": s["run_id"], "device": s["device"], "started": s["started"],
+    device = s["device"] + (f" ({VIRTUAL_MACHINE})" if s["machine_kind"] == VIRTUAL_MACHINE else "")
+    return {"run_id": s["run_id"], "device": device, "started": s["started"],
             "batches": [r["batch"] for r in timed], "best_batch": best["batch"],
             "best_speedup": best["speedup"], "crossover_batch": s["crossover_batch"],
             "always": bool(s["always"])}

@@ -24,6 +24,13 @@ def _pattern(text):
     return text.replace("*", "%").replace("?", "_") if "*" in text or "?" in text else f"%{text}%"
 
 
+def _why(cell):
+    """The worst cases' reason, with the macOS they need where they name one ("needs macOS 14.0")."""
+    if cell.get("reason_kind") == "macos_version" and cell.get("min_macos"):
+        return f"needs macOS {cell['min_macos']}"
+    return reason_label(cell["reason_kind"])
+
+
 def _cell(datasette, db, op_id, dtype, cell):
     if cell is None:
         return None
@@ -38,7 +45,7 @@ def _cell(datasette, db, op_id, dtype, cell):
         href, note = url(datasette, f"/{db.name}/results", run_id=cell["run_id"], op_id=op_id), ""
     return {"status": status, "known": is_status(status), "symbol": status_symbol(status),
             "partial": f"{cell['k']} of {cell['n']}" if partial else "",
-            "reason": reason_label(cell["reason_kind"]), "declared": cell["declared_only"],
+            "reason": _why(cell), "declared": cell["declared_only"],
             "href": href, "note": note, "torch_version": cell["torch_version"]}
 
 

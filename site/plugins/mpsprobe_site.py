@@ -17,6 +17,7 @@ from mpsprobe import suggestions
 from mpsprobe.db.query import (declared as declared_q, history, matrix, op as op_q,
                                runs as runs_q, speed as speed_q)
 from mpsprobe.db.query.op import order_dtypes
+from mpsprobe.db.query.runs import VIRTUAL_MACHINE, machine_kind_sql
 from mpsprobe.db.views import inline_missing, quoted, worst_status
 from mpsprobe.site import limits
 from mpsprobe.site.common import (STATUS_CSS_PATH, ask, cached, cases_url, get_database, op_url,
@@ -26,7 +27,8 @@ from mpsprobe.vocabulary import FALLBACK, FORWARD, PASS_COLUMN, PASSES, STATUSES
 
 # ---------------------------------------------------------------------------- canned queries
 
-RUN_COLUMNS = "r.torch_version, r.os_name, r.os_version, r.device"
+# Every row across runs says what it was measured on, a virtual machine apart from bare metal.
+RUN_COLUMNS = f"r.torch_version, r.os_name, r.os_version, r.device, {machine_kind_sql('r')} AS machine_kind"
 
 
 # "Slowest ops against the CPU" once speed ladders exist (mpsprobe.db.query.speed answers).
@@ -86,14 +88,14 @@ ORDER BY c.sample_index, r.pass""",
     },
     "first_pass_version": {
         "title": "First torch version where each op passes",
-        "description": "Per (op, dtype, pass, device, OS major): the oldest measured torch "
+        "description": "Per (op, dtype, pass, device, kind of machine, OS major): the oldest measured torch "
                        "version in which the op passes, the newest in which it failed, and "
                        "the version it has passed since.",
         "sql": """
-SELECT op_id, dtype, device, os_name, os_major, first_pass_torch, last_fail_torch,
+SELECT op_id, dtype, device, machine_kind, os_name, os_major, first_pass_torch, last_fail_torch,
        passing_since_torch, latest_torch, latest_status, pass
 FROM op_firsts WHERE :op_id = '' OR op_id = :op_id
-ORDER BY op_id, dtype, pass, device, os_name, os_major""",
+ORDER BY op_id, dtype, pass, device, machine_kind, os_name, os_major""",
     },
     "check_ops": {
         "title": "Check a list of ops",
@@ -305,6 +307,7 @@ async def op_page(datasette, request):
                       for d in dtypes],
         } for c in configurations]})
     messages = [dict(m, reason_label=reason_label(m["reason_kind"]),
+                     where=m["device"] + (f" · {VIRTUAL_MACHINE}" if m["machine_kind"] == VIRTUAL_MACHINE else ""),
                      suggestions=suggestions.for_case(op_id, m["status"], m["reason_kind"],
                                                       m["dtype"], m["message"], m["min_macos"]))
                 for m in page["messages"]]

@@ -9,7 +9,7 @@ from datasette.utils.asgi import Response
 from mpsprobe.claims import CLAIMS
 from mpsprobe.db.query import speed as speed_q
 from mpsprobe.site.charts import CPU_COLOUR, TARGET_COLOUR, svg_chart, _label
-from mpsprobe.site.common import ask, get_database
+from mpsprobe.site.common import ask, get_database, run_label
 
 
 def crossover_text(row, x_name="size"):
@@ -22,9 +22,8 @@ def crossover_text(row, x_name="size"):
 
 
 def _where(row):
-    where = " ".join(x for x in (row.get("os_name"), row.get("os_version")) if x)
-    return (f"{row['device']} ({row.get('device_name') or '?'}) · torch {row.get('torch_version')} · "
-            f"{where} · {(row.get('started') or '')[:10]}")
+    """The run a figure comes from, as every page names runs (a virtual machine says so)."""
+    return f"{run_label(row)} · {(row.get('started') or '')[:10]}"
 
 
 def _groups(rows, key):
