@@ -232,3 +232,12 @@ def test_eigenvalues_in_another_order_pass_and_wrong_ones_do_not():
     scaled = _on_target(torch.linalg.eigvals, lambda x: torch.linalg.eigvals(x).flip(-1) * 1.01)
     result = run_case(scaled, torch.float32, SampleInput(a), CPU, timing=False, op_key="linalg.eigvals")
     assert result["status"] == MISMATCH, result
+
+
+@pytest.mark.parametrize("key", ["linalg.eigvals", "linalg.eig", "linalg.eigh", "linalg.svd"])
+def test_empty_matrices_of_the_vector_ops_are_judged_not_skipped(key):
+    op = {"linalg.eigvals": torch.linalg.eigvals, "linalg.eig": torch.linalg.eig,
+          "linalg.eigh": torch.linalg.eigh, "linalg.svd": torch.linalg.svd}[key]
+    for shape in ((5, 0, 0), (0, 3, 3)):
+        result = run_case(op, torch.float32, SampleInput(torch.zeros(shape)), CPU, timing=False, op_key=key)
+        assert (result["status"], result["check_kind"]) == (PASS, "values"), (shape, result)
