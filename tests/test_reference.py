@@ -241,3 +241,22 @@ def test_empty_matrices_of_the_vector_ops_are_judged_not_skipped(key):
     for shape in ((5, 0, 0), (0, 3, 3)):
         result = run_case(op, torch.float32, SampleInput(torch.zeros(shape)), CPU, timing=False, op_key=key)
         assert (result["status"], result["check_kind"]) == (PASS, "values"), (shape, result)
+
+
+def test_a_derived_allowance_admits_no_trivially_wrong_answer():
+    from mpsprobe.engine import precision
+    from mpsprobe.engine.verdict import compare
+    truth = torch.tensor([1.0, 2.0, -3.0], dtype=torch.float64)
+    cpu = truth.float()
+    loose = {0: (precision.Applicable(precision.MODES["fp32_any_order"], "aten::mm", 10), torch.full((3,), 10.0))}
+    zeros = compare(torch.zeros(3), cpu, truth, torch.float32, modes=loose)
+    assert not zeros.ok and zeros.reason_kind == KIND["trivial_answer"], zeros
+    near = compare(cpu + 0.5, cpu, truth, torch.float32, modes=loose)  # neither the CPU nor a guess
+    assert near.ok and near.undecided, near
+    assert compare(cpu, cpu, truth, torch.float32, modes=loose).ok  # the CPU's own answer still passes
+
+
+def test_an_ill_conditioned_matmul_is_decided_by_the_error_of_any_summation_order(ops):
+    results = [r for _, r in _run(ops, "addbmm", torch.bfloat16)]
+    assert all(r["status"] != MISMATCH for r in results), results
+    assert any((r["status"], r["reason_kind"]) == (PASS, KIND["summation_order"]) for r in results), results

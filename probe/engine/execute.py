@@ -7,7 +7,7 @@ from torch.utils._pytree import tree_flatten
 
 from mpsprobe.ops import samples as sample_tools
 from mpsprobe.vocabulary import FALLBACK, MISMATCH, REFUSED_AT_TRANSFER, SKIP
-from .verdict import METADATA, VALUES
+from .verdict import METADATA
 from . import classify, judge
 from .aten import recorded_once
 from .judge import REFERENCE_FAILED
@@ -227,7 +227,7 @@ def run_case(op, dtype, sample, target, nondeterministic=False, timing=True, unc
                        device_type=None, unchecked=tuple(unchecked) + how.unchecked,
                        auxiliary=how.auxiliary, trivial_input=trivial_input, modes=allowance)
     verdict = judged_with(mode_allowance)
-    if values and not mode_allowance and not verdict.ok and verdict.reason_kind == VALUES:
+    if values and not mode_allowance and judge.order_may_decide(verdict):
         # Only now: the bound for another summation order costs two more calls on the CPU.
         order = judge.order_allowance(op, cpu_args, dtype, aten_ops, cpu_out)
         verdict = judged_with(order) if order else verdict

@@ -268,6 +268,12 @@ def _order_bounds(mode, aten_ops, outputs, magnitudes, counts):
     return allowed
 
 
+def order_may_decide(verdict):
+    """Whether the error of another summation order may settle `verdict`: values beyond
+    the policy, or within a CPU error beyond the cap (ill-conditioned in this dtype)."""
+    return verdict.undecided or (not verdict.ok and verdict.reason_kind == "values")
+
+
 def order_allowance(op, cpu_args, dtype, aten_ops, cpu_out):
     """{output position: (Applicable, per-element allowance)} for a matmul or a convolution
     (forward or backward, with views, sums and products around it), else {}.

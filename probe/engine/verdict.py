@@ -158,7 +158,17 @@ def _compare_floating(verdict, where, t, c, g, trivial=(), mode=None):
     wrong = [(name, r, z) for name, r, z in wrong if r > 1.0]
     guessed = next((name for name, _, z in wrong if _close(t, z, atol, rtol)), None)
     if ratio_t > bound:
-        if extra is not None and bool(((t - g).abs() <= extra + bound * (atol + rtol * g.abs())).all()):
+        def within_mode(x):
+            return bool(((x - g).abs() <= extra + bound * (atol + rtol * g.abs())).all())
+        if extra is not None and within_mode(t):
+            # The derived allowance may not admit a trivially wrong answer either.
+            admitted = [name for name, _, z in wrong if within_mode(z)]
+            if admitted and not _close(t, c, atol, rtol):
+                if guessed:
+                    return verdict.fail(f"{where}: equals {guessed}, which the allowance of "
+                                        f"{mode[0].mode.label} would admit but is wrong here", TRIVIAL)
+                return verdict.cannot_tell(f"{where}: the allowance of {mode[0].mode.label} would admit "
+                                           f"{admitted[0]}, and the target differs from the CPU beyond the floors")
             verdict.precision_mode = mode[0].mode.name
             return
         if guessed and not _close(c, t, atol, rtol):
