@@ -44,8 +44,10 @@ from typing import Callable, NamedTuple
 
 import numpy as np
 import torch
+from torch.utils._pytree import tree_map
 
-from mpsprobe.vocabulary import CHECK_KINDS, MISMATCH, PASS, REASON_KIND, SKIP
+from mpsprobe.ops.samples import unwritten_like
+from mpsprobe.vocabulary import CHECK_KINDS, INPLACE, MISMATCH, OUT, PASS, REASON_KIND, SKIP
 
 VALUES_CHECK, DISTRIBUTION, SHAPE_CHECK, _ = CHECK_KINDS
 assert DISTRIBUTION in REASON_KIND  # the reason kind and the check kind share the word
@@ -686,7 +688,7 @@ def _size_numel(size):
 
 
 def _factory_kwargs(kwargs):
-    return {k: v for k, v in kwargs.items() if k in ("dtype", "device", "layout", "generator")}
+    return {k: v for k, v in kwargs.items() if k in ("dtype", "device", "layout", "generator", "out")}
 
 
 @dataclass(frozen=True)
@@ -713,7 +715,10 @@ def _dropout(name, fn, check, training_default=True):
 
 
 def _inplace(method):
-    return lambda i, a, k: getattr(i.clone(), method)(*a, **k)
+    def call(i, a, k):
+        return getattr(i.clone(), method)(*a, **k)
+    call.method = method  # the in-place form itself, on a copy (make_draw's INPLACE calls it bare)
+    return call
 
 
 def _normal_params(inp, args, kwargs):
@@ -951,21 +956,43 @@ def check_kind(op_name, sample_kwargs):
     return DISTRIBUTION if is_random_sample(op_name, sample_kwargs) else VALUES_CHECK
 
 
-def make_draw(op_name, inp, args=(), kwargs=None):
+def make_draw(op_name, inp, args=(), kwargs=None, form=None):
     """A callable drawing once more from the op with these (target-placed) arguments.
 
     The OpInfo's own op fixes the seed on every call (wrapper_set_seed), which
-    would make every draw identical: this calls the op itself.
+    would make every draw identical: this calls the op itself. `form`: INPLACE
+    draws through the in-place form (a Tensor method such as cauchy_, or the
+    function with inplace=True) into a fresh copy of the input each time; OUT
+    through the out= form, into buffers that start as NaN (zeros for integers),
+    so a kernel that leaves them unwritten is seen.
     """
     call, args, kwargs = RANDOM_OPS[op_name].call, tuple(args), dict(kwargs or {})
+    if form == INPLACE:
+        method = getattr(call, "method", None)
+
+        def into_a_copy():  # what was written into the input, not what the call returned
+            x = inp.clone()
+            if method:
+                getattr(x, method)(*args, **kwargs)
+            else:
+                call(x, args, dict(kwargs, inplace=True))
+            return x
+        return into_a_copy
+    if form == OUT:
+        def into_buffers():
+            buffers = tree_map(unwritten_like, call(inp, args, kwargs))
+            call(inp, args, dict(kwargs, out=buffers))
+            return buffers
+        return into_buffers
     return lambda: call(inp, args, kwargs)
 
 
-def check_sample(op_name, inp, args=(), kwargs=None, n=N_VALUES, alpha=ALPHA, max_calls=MAX_CALLS):
-    """The distribution verdict for one sample of `op_name` (arguments already on the target).
+def check_sample(op_name, inp, args=(), kwargs=None, n=N_VALUES, alpha=ALPHA, max_calls=MAX_CALLS, form=None):
+    """The distribution verdict for one sample of `op_name` (arguments already on the target),
+    drawn through the op's `form` (make_draw).
 
     An exception from the target's draw propagates: raising is the caller's to classify.
     """
     params = sample_params(op_name, inp, args, kwargs)
-    return RANDOM_OPS[op_name].check(params, make_draw(op_name, inp, args, kwargs), n=n, alpha=alpha,
+    return RANDOM_OPS[op_name].check(params, make_draw(op_name, inp, args, kwargs, form), n=n, alpha=alpha,
                                      max_calls=max_calls)

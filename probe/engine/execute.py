@@ -132,7 +132,7 @@ def _first_tensor(args):
 
 
 def run_case(op, dtype, sample, target, nondeterministic=False, timing=True, unchecked=(),
-             op_key=None, aten_cache=None, modes=None):
+             op_key=None, aten_cache=None, modes=None, draw_form=None):
     """A result dict (the results-table fields) for `op` on one SampleInput.
 
     `op_key`: the OpInfo op's key, which says how to judge it: a random sample by
@@ -140,7 +140,8 @@ def run_case(op, dtype, sample, target, nondeterministic=False, timing=True, unc
     sample (judge.ambiguity), auxiliary outputs; `unchecked`: further output
     positions compared for shape only. `aten_cache`: a dict the worker keeps, so the
     aten ops of a sample signature are recorded once. `modes`: the target's
-    precision settings (precision.current_modes), if any are to be honoured.
+    precision settings (precision.current_modes), if any are to be honoured. `draw_form`:
+    the form (INPLACE, OUT) `op` is, through which a random sample's draws are made.
     """
     started = time.perf_counter()
     cpu_args = sample_tools.call_args(sample)
@@ -244,7 +245,7 @@ def run_case(op, dtype, sample, target, nondeterministic=False, timing=True, unc
     status, reason, kind = judge.status_of(verdict, how, fallen_back, shape_only, applicable,
                                            bool(mode_allowance))
     if random and verdict.ok and not fallen_back and judge.random_unchecked(op_key) is None:
-        status, reason, kind, drawn = judge.distribution(op_key, draw_args, target)
+        status, reason, kind, drawn = judge.distribution(op_key, draw_args, target, draw_form)
         judged += drawn.pop("notes", [])
         fields.update(drawn)
     if fell:

@@ -356,14 +356,14 @@ def status_of(verdict, how, fallen_back, shape_only_op, applicable, bounded):
     return PASS, "matches the CPU within tolerance", None
 
 
-def distribution(op_key, draw_args, target):
+def distribution(op_key, draw_args, target, form=None):
     """(status, reason, reason kind, extra fields, notes among them): the random sample judged by its
-    distribution, drawn on the target."""
+    distribution, drawn on the target (through the in-place or out= `form`, if given)."""
     inp, rest, kwargs = draw_args
     try:
         with target.context():
             result = distributions.check_sample(op_key, inp, rest, kwargs, n=DRAW_VALUES,
-                                                max_calls=DRAW_CALLS)
+                                                max_calls=DRAW_CALLS, form=form)
     except Exception as e:
         status, aten_op, reason = classify.classify_error(e)
         return status, f"drawing again on the target: {reason}", None, {
