@@ -488,5 +488,6 @@ def test_the_readme_lists_every_reason_kind_with_its_example():
     assert m.WHAT_A_RESULT_MEANS.strip() in section
     for kind in ("no_kernel", "dtype", "macos_version", "size_limit", "argument", "out_of_memory",
                  "device_placement", "cpu_fallback", "kernel_fallback", "bug", "signal", "exit", "hang",
-                 "values", "nonfinite", "metadata", "no_unique_answer", "reference_failed"):
+                 "values", "nonfinite", "metadata", "no_unique_answer", "reference_failed", "distribution",
+                 "trivial_answer"):
         assert f"- {kind}" in section or f", {kind}" in section, kind
