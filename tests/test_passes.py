@@ -9,12 +9,19 @@ import json
 import sqlite3
 
 import pytest
+import torch
+from torch.testing._internal.opinfo.core import SampleInput
 
 import fake_mps as fake_backend
 from mpsprobe.db.query import blame, findings
+from mpsprobe.engine.backward import run_backward_case
+from mpsprobe.engine.devices import Target
 from mpsprobe.vocabulary import (BACKWARD, ERROR, FORWARD, INPLACE, MISMATCH, OUT, PASS,
                                  PASS_COLUMN, SKIP, UNSUPPORTED)
 
+from wrong_backend import WrongTarget
+
+CPU = Target("cpu")
 FAKE_OPS = "nn.functional.softplus,sigmoid,add,nn.functional.relu"
 
 MODEL = '''
@@ -155,8 +162,8 @@ def test_the_cpu_against_itself_is_clean_in_every_pass(cpu_db, rows):
 
 
 def test_no_unique_gradient_is_skipped_with_the_reason(cpu_db, rows):
-    eigh = _cases(rows, cpu_db, "linalg.eigh", BACKWARD)
-    assert eigh and all(r["status"] == SKIP and "free phase" in r["reason"] for r in eigh)
+    eigh = _cases(rows, cpu_db, "linalg.eigh", BACKWARD)  # distinct eigenvalues: judged through their phases
+    assert eigh and all((r["status"], r["check_kind"]) == (PASS, "values") for r in eigh), eigh
     dropout = _cases(rows, cpu_db, "nn.functional.dropout", BACKWARD)
     drawn = [r for r in dropout if "random sample" in (r["reason"] or "")]
     assert drawn and all(r["status"] == SKIP for r in drawn)
@@ -168,3 +175,43 @@ def test_no_unique_gradient_is_skipped_with_the_reason(cpu_db, rows):
 def test_fake_backend_has_the_gradient_faults():
     assert "aten::softplus_backward" in fake_backend.DEFAULTS["not_implemented"]
     assert fake_backend.DEFAULTS["scaled"] == {"aten::sigmoid_backward": 2.0}
+
+
+# --- gradients through eigen and singular vectors --------------------------------------
+
+VECTOR_OPS = {"linalg.eigh": torch.linalg.eigh, "linalg.eig": torch.linalg.eig,
+              "linalg.svd": lambda a: torch.linalg.svd(a, full_matrices=False), "svd": torch.svd}
+
+
+def _matrix(key, seed=3):
+    a = torch.randn(2, 4, 4, dtype=torch.complex64, generator=torch.Generator().manual_seed(seed))
+    return (a + a.mH if key == "linalg.eigh" else a).requires_grad_()
+
+
+@pytest.mark.parametrize("key", sorted(VECTOR_OPS))
+def test_vector_gradients_in_another_phase_pass_and_wrong_ones_do_not(key):
+    op = VECTOR_OPS[key]
+    result = run_backward_case(op, torch.complex64, SampleInput(_matrix(key)), WrongTarget("phase"), key,
+                               timing=False)
+    assert (result["status"], result["check_kind"]) == (PASS, "values"), result
+    calls = []
+
+    values = 0 if key.startswith("linalg.eig") else 1
+
+    def off_on_target(a):  # the same forward; the values' gradient 5 % off, on the target's call only
+        calls.append(1)
+        out = list(op(a))
+        if len(calls) == 4:  # reference, float64 truth, aten record, target
+            out[values] = out[values] + 0.05 * (out[values] - out[values].detach())
+        return tuple(out)
+    result = run_backward_case(off_on_target, torch.complex64, SampleInput(_matrix(key)), CPU, key, timing=False)
+    assert result["status"] == MISMATCH, result
+
+
+def test_repeated_eigenvalues_have_no_unique_vector_gradient():
+    q = torch.linalg.qr(torch.randn(4, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(4)))[0]
+    a = (q @ torch.diag(torch.tensor([1.0, 1.0, 2.0, 3.0], dtype=torch.float64)) @ q.mT).float()
+    result = run_backward_case(torch.linalg.eigh, torch.float32, SampleInput(a.requires_grad_()), CPU,
+                               "linalg.eigh", timing=False)
+    assert (result["status"], result["reason_kind"]) == (SKIP, "no_unique_answer"), result
+    assert "repeated" in result["reason"]

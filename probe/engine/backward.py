@@ -6,11 +6,13 @@ OpInfo says. Every differentiable output gets a seeded random `grad_output`;
 (an unused input's gradient counts as zeros on every side). The gradients are
 judged by the forward's tolerance policy (verdict.compare).
 
-A gradient is only judged where it has one answer: a random sample that draws,
-a sample whose outputs have no unique answer (ties under an index-choosing op,
-eigenvector phases, positions written twice) and a forward that already fails or
-differs on the target are skipped with the reason, never called wrong. The aten
-ops the backward dispatches are recorded on a call of their own.
+Eigen and singular vectors are differentiated in a canonical form (eig's order
+matched, each vector's phase fixed by a pivot), whose gradient is unique. A
+gradient is only judged where it has one answer: a random sample that draws, a
+sample whose outputs have no unique answer (ties under an index-choosing op,
+repeated eigen/singular values, positions written twice) and a forward that
+already fails or differs on the target are skipped with the reason, never called
+wrong. The aten ops the backward dispatches are recorded on a call of their own.
 """
 import fnmatch
 import time
@@ -18,7 +20,7 @@ import warnings
 import zlib
 
 import torch
-from torch.utils._pytree import tree_flatten
+from torch.utils._pytree import tree_flatten, tree_map
 
 from mpsprobe.ops import samples as sample_tools
 from mpsprobe.vocabulary import REASON_KINDS, REFUSED_AT_TRANSFER, SKIP
@@ -51,9 +53,6 @@ def _no_unique_gradient(op_key, args):
         return "uninitialised memory has no gradient to compare"
     if judge.random_sample(op_key, args):
         return "a random sample: its gradient depends on the values drawn, which differ on the target"
-    if op_key in ambiguity.VECTOR_OPS:
-        return ("eigen/singular vectors have a free phase (and eig's values no order): the gradient "
-                "depends on the device's choice")
     if ambiguity.tie_outputs(op_key, inp, rest, kwargs)[0] or ambiguity.random_regions(op_key, kwargs):
         return "ties: the chosen element, and so the gradient, may differ on another device"
     if ambiguity.written_twice(op_key, inp, rest, kwargs) is not None:
@@ -98,16 +97,32 @@ def _forward_backward(op, args, positions, grad_outputs, retain=False):
     return outputs, inputs, _gradients(outputs, inputs, grad_outputs, retain)
 
 
-def _record_backward(op, args, positions, grad_outputs, cache, key):
+def _record_backward(op, args, positions, grad_outputs, cache, key, canonical):
     """The aten ops (and their first call's input shapes) the backward alone dispatches:
     a call of its own, never the reference's (a dispatch mode can change results)."""
     def run(recorder):
-        outputs = _picked(_call(op, args), positions)
+        outputs = _picked(canonical(_call(op, args)), positions)
         inputs = _grad_inputs(args)
         grads = [g.clone() for g in grad_outputs]
         with recorder:
             torch.autograd.grad(outputs, inputs, grads, allow_unused=True)
     return recorded_once(cache, key, run)
+
+
+def _canonical_form(op_key, cpu_args, cpu_out, dtype):
+    """(a function putting an output in the form whose gradient is unique, why there is none).
+
+    Eigen and singular vectors have a free phase per vector (and eig's values no order):
+    their gradients are taken through ambiguity.gauge_fixed, which is invariant under
+    both, with pivots and order read on the CPU's output; with repeated values there is
+    no unique gradient at all.
+    """
+    if op_key not in ambiguity.VECTOR_OPS:
+        return (lambda out: out), None
+    inp, rest, kwargs = cpu_args
+    why = ambiguity.gradient_not_unique(op_key, (inp,) + tuple(rest), kwargs, cpu_out, dtype)
+    reference = tree_map(lambda x: x.detach() if isinstance(x, torch.Tensor) else x, cpu_out)
+    return (lambda out: ambiguity.gauge_fixed(op_key, out, reference)), why
 
 
 def _widened(grad_outputs, outputs):
@@ -140,6 +155,10 @@ def run_backward_case(op, dtype, sample, target, op_key, timing=True, aten_cache
     # The reference: forward, then the gradients for seeded grad_outputs.
     try:
         cpu_out = _call(op, cpu_args)
+        canonical, why = _canonical_form(op_key, cpu_args, cpu_out, dtype)
+        if why:
+            return done(SKIP, why, NO_UNIQUE_ANSWER, check_kind="none")
+        cpu_out = canonical(cpu_out)
         positions = _grad_outputs(cpu_out)
         if not positions:
             return done(SKIP, "no output of this sample is differentiable", NO_GRADIENT, check_kind="none")
@@ -153,20 +172,22 @@ def run_backward_case(op, dtype, sample, target, op_key, timing=True, aten_cache
     truth_outputs = truth_grads = None
     if truth_args is not None:
         try:
-            out = _call(op, truth_args)
+            out = canonical(_call(op, truth_args))
             truth_outputs = _picked(out, positions)
             truth_grads = _gradients(truth_outputs, _grad_inputs(truth_args),
                                      _widened(grad_outputs, truth_outputs))
         except Exception:
             truth_outputs = truth_grads = None  # no float64 backward: judged against the CPU itself
     aten_ops, aten_shapes, variants, dtypes = _record_backward(op, record_args, positions, grad_outputs,
-                                                       aten_cache, (op_key, str(dtype), summary))
+                                                       aten_cache, (op_key, str(dtype), summary), canonical)
     fields = {"aten_ops": aten_ops, "aten_variants": variants, "aten_dtypes": dtypes}
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
             target_out, target_args = _call_on_target(op, cpu_args, target_args, target)
+            with target.context():
+                target_out = canonical(target_out)
         except Exception as e:
             return done(SKIP, f"the forward fails on the target: {classify.classify_error(e)[2]}",
                         FORWARD_FAILED, check_kind="none", error_type=type(e).__name__,
