@@ -215,3 +215,24 @@ def test_repeated_eigenvalues_have_no_unique_vector_gradient():
                                "linalg.eigh", timing=False)
     assert (result["status"], result["reason_kind"]) == (SKIP, "no_unique_answer"), result
     assert "repeated" in result["reason"]
+
+
+def test_ties_leave_a_gradient_unjudged_only_where_they_decide_it():
+    ties = torch.tensor([[3.0, 1.0, 3.0], [2.0, 2.0, 0.0]])
+    across = torch.tensor([[3.0, 1.0, 2.0], [3.0, 1.0, 0.0]])  # equal values, none along dim 1
+
+    def gradient_of(op, key, x, *args):
+        return run_backward_case(op, torch.float32, SampleInput(x.clone().requires_grad_(), args=args), CPU,
+                                 key, timing=False)
+    # Shared evenly among equal values on every device: judged.
+    for key, op in (("aminmax", torch.aminmax), ("amax", torch.amax), ("max.reduction_no_dim", torch.max)):
+        result = gradient_of(op, key, ties)
+        assert (result["status"], result["check_kind"]) == (PASS, "values"), (key, result)
+    # An index chosen among ties along the dim: not unique.
+    result = gradient_of(torch.max, "max.reduction_with_dim", ties, 1)
+    assert (result["status"], result["reason_kind"]) == (SKIP, "no_unique_answer"), result
+    for key, op, args in (("max.reduction_with_dim", torch.max, (1,)), ("topk", torch.topk, (2, 1))):
+        result = gradient_of(op, key, across, *args)
+        assert (result["status"], result["check_kind"]) == (PASS, "values"), (key, result)
+    result = gradient_of(torch.quantile, "quantile", ties, 0.5)
+    assert (result["status"], result["reason_kind"]) == (SKIP, "no_unique_answer"), result

@@ -34,12 +34,15 @@ _kinds = dict(zip(REASON_KINDS, REASON_KINDS))
 REFERENCE_FAILED, NO_UNIQUE_ANSWER, FORWARD_FAILED, NO_GRADIENT = (
     _kinds["reference_failed"], _kinds["no_unique_answer"], _kinds["forward_failed"], _kinds["no_gradient"])
 
-# Ops whose gradient goes to the element they chose (an index): with equal values
-# in the input, another device may choose another one, and its gradient with it.
+# Ops whose gradient goes to the element they chose (through an index or a sort's
+# order): with equal values in the input, another device may choose another one, and
+# its gradient with it. Not here: the ops whose indices ambiguity.tie_outputs judges
+# along their dim (sort, topk, kthvalue, mode, max/min and median over a dim), and
+# those whose gradient is shared evenly among equal values, the same on every device
+# (amax, amin, aminmax, max/min/median/nanmedian over everything).
 _CHOOSING = ("nn.functional.max_pool*", "nn.functional.adaptive_max_pool*",
-             "nn.functional.fractional_max_pool*", "max.reduction_*", "min.reduction_*", "cummax",
-             "cummin", "median", "nanmedian", "kthvalue", "mode", "sort", "msort", "topk", "amax",
-             "amin", "aminmax", "masked.amax", "masked.amin", "masked.median", "nn.functional.embedding_bag")
+             "nn.functional.fractional_max_pool*", "cummax", "cummin", "msort", "masked.median",
+             "quantile", "nanquantile", "nn.functional.embedding_bag")
 
 
 def _chooses(op_key):
