@@ -260,3 +260,17 @@ def test_an_ill_conditioned_matmul_is_decided_by_the_error_of_any_summation_orde
     results = [r for _, r in _run(ops, "addbmm", torch.bfloat16)]
     assert all(r["status"] != MISMATCH for r in results), results
     assert any((r["status"], r["reason_kind"]) == (PASS, KIND["summation_order"]) for r in results), results
+
+
+def test_in_place_matmuls_belong_to_their_family(ops):
+    from mpsprobe.engine import precision
+    from mpsprobe.engine.variants import run_variant_case
+    from mpsprobe.vocabulary import INPLACE
+    assert precision.family_of("aten::addmm_") == precision.family_of("aten::addmm") == precision.MATMUL
+    assert precision.reduction_length("aten::addbmm_", [(3, 4), (2, 3, 7), (2, 7, 4)]) == 7
+    assert precision.family_of("aten::add_") is None
+    op = ops["addbmm"]
+    results = [run_variant_case(op.inplace_variant, INPLACE, torch.bfloat16, s, CPU, "addbmm", timing=False)
+               for s in opinfo.samples(op, torch.bfloat16, 3)]
+    assert all(r["status"] != MISMATCH for r in results), results
+    assert any(r["reason_kind"] == KIND["summation_order"] for r in results), results
