@@ -236,3 +236,15 @@ def test_ties_leave_a_gradient_unjudged_only_where_they_decide_it():
         assert (result["status"], result["check_kind"]) == (PASS, "values"), (key, result)
     result = gradient_of(torch.quantile, "quantile", ties, 0.5)
     assert (result["status"], result["reason_kind"]) == (SKIP, "no_unique_answer"), result
+
+
+def test_a_backward_kernel_that_falls_back_is_named_and_timed(tmp_path, fake_mps, rows, run_cli):
+    db = tmp_path / "fb.db"
+    result = run_cli("run", "--db", db, "--backend", fake_mps, "--ops", "nn.functional.softplus",
+                     "--dtypes", "float32", "--samples", 2, "--passes", "backward", "--mps-fallback",
+                     "--workers", 1)
+    assert result.exit_code == 0, result.output
+    found = _cases(rows, db, "nn.functional.softplus", BACKWARD)
+    assert found and all(r["status"] == "fallback" for r in found), found
+    assert all(json.loads(r["fallback_ops"]) == ["aten::softplus_backward"] for r in found)
+    assert all(r["ref_ms"] > 0 and r["target_ms"] > 0 for r in found)  # the backward alone, timed
