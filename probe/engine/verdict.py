@@ -152,8 +152,8 @@ def _compare_floating(verdict, where, t, c, g, trivial=(), mode=None):
     verdict.worst("ref_abs_err", abs_c)
     widened = verdict.factor * ratio_c
     bound = max(1.0, min(widened, cap(dtype)))
-    # Trivial answers that are wrong here: beyond the floors of the truth (to name a
-    # failure), and clearly so, beyond FACTOR x the floors (to refuse an allowance).
+    # Trivial answers that are wrong here: beyond the floors of the truth. An allowance
+    # that would admit one proves nothing beyond the floors.
     wrong = [(name, _scaled_error(z, g, atol, rtol)[0], z) for name, z in trivial]
     wrong = [(name, r, z) for name, r, z in wrong if r > 1.0]
     guessed = next((name for name, _, z in wrong if _close(t, z, atol, rtol)), None)
@@ -185,7 +185,7 @@ def _compare_floating(verdict, where, t, c, g, trivial=(), mode=None):
         if extra is not None:
             return verdict.fail(f"{text}, beyond even {mode[0].mode.label}'s error", REDUCED)
         return verdict.fail(text, VALUES)
-    admitted = [name for name, r, _ in wrong if verdict.factor < r <= bound]
+    admitted = [name for name, r, _ in wrong if r <= bound]
     if admitted and not _close(t, c, atol, rtol):
         if guessed:
             return verdict.fail(f"{where}: equals {guessed}, which the CPU's error margin "
