@@ -164,9 +164,8 @@ def test_the_cpu_against_itself_is_clean_in_every_pass(cpu_db, rows):
 def test_no_unique_gradient_is_skipped_with_the_reason(cpu_db, rows):
     eigh = _cases(rows, cpu_db, "linalg.eigh", BACKWARD)  # distinct eigenvalues: judged through their phases
     assert eigh and all((r["status"], r["check_kind"]) == (PASS, "values") for r in eigh), eigh
-    dropout = _cases(rows, cpu_db, "nn.functional.dropout", BACKWARD)
-    drawn = [r for r in dropout if "random sample" in (r["reason"] or "")]
-    assert drawn and all(r["status"] == SKIP for r in drawn)
+    dropout = _cases(rows, cpu_db, "nn.functional.dropout", BACKWARD)  # drawn: judged by distribution
+    assert {(r["status"], r["check_kind"]) for r in dropout} == {(PASS, "values"), (PASS, "distribution")}
     # An in-place add that would broadcast into its input: the CPU refuses too.
     refused = [r for r in _cases(rows, cpu_db, "add", INPLACE) if r["status"] == SKIP]
     assert refused and all(r["reason_kind"] == "reference_failed" and r["message"] for r in refused)
@@ -248,3 +247,42 @@ def test_a_backward_kernel_that_falls_back_is_named_and_timed(tmp_path, fake_mps
     assert found and all(r["status"] == "fallback" for r in found), found
     assert all(json.loads(r["fallback_ops"]) == ["aten::softplus_backward"] for r in found)
     assert all(r["ref_ms"] > 0 and r["target_ms"] > 0 for r in found)  # the backward alone, timed
+
+
+# --- gradients of random samples -------------------------------------------------------
+
+class _Dropout(torch.autograd.Function):
+    """Dropout with a backward that is wrong in one way: `how` is "fresh_mask" (a mask of
+    its own) or "unscaled" (the forward's mask, without 1 / (1 - p))."""
+
+    @staticmethod
+    def forward(ctx, x, p, how):
+        mask = (torch.rand(x.shape) >= p).to(x.dtype)
+        ctx.p, ctx.how = p, how
+        ctx.save_for_backward(mask)
+        return x * mask / (1 - p)
+
+    @staticmethod
+    def backward(ctx, g):
+        (mask,) = ctx.saved_tensors
+        if ctx.how == "fresh_mask":
+            return g * (torch.rand(g.shape) >= ctx.p).to(g.dtype) / (1 - ctx.p), None, None
+        return g * mask, None, None
+
+
+def test_a_dropout_gradient_is_judged_by_its_distribution_and_its_forwards_mask(monkeypatch):
+    import dataclasses
+    from mpsprobe.engine import distributions
+    x = torch.randn(16, 32, generator=torch.Generator().manual_seed(2))
+    sample = SampleInput(x.clone().requires_grad_(), kwargs={"p": 0.4, "training": True})
+    result = run_backward_case(torch.nn.functional.dropout, torch.float32, sample, CPU, "nn.functional.dropout",
+                               timing=False)
+    assert (result["status"], result["check_kind"]) == (PASS, "distribution"), result
+    record = distributions.RANDOM_OPS["nn.functional.dropout"]
+    for how, says in (("fresh_mask", "kept where the forward dropped"), ("unscaled", "each value kept")):
+        monkeypatch.setitem(distributions.RANDOM_OPS, "nn.functional.dropout", dataclasses.replace(
+            record, call=lambda i, a, k, how=how: _Dropout.apply(i, k["p"], how)))
+        result = run_backward_case(torch.nn.functional.dropout, torch.float32, sample, CPU,
+                                   "nn.functional.dropout", timing=False)
+        assert (result["status"], result["check_kind"]) == (MISMATCH, "distribution"), (how, result)
+        assert says in result["reason"], result["reason"]

@@ -23,16 +23,17 @@ import torch
 from torch.utils._pytree import tree_flatten, tree_map
 
 from mpsprobe.ops import samples as sample_tools
-from mpsprobe.vocabulary import REASON_KINDS, REFUSED_AT_TRANSFER, SKIP
-from . import ambiguity, classify, judge, precision
+from mpsprobe.vocabulary import FALLBACK, REASON_KINDS, REFUSED_AT_TRANSFER, SKIP
+from . import ambiguity, classify, distributions, judge, precision
 from .aten import recorded_once
 from .execute import _call, _call_on_target, _result
 from .timing import median_ms
 from .verdict import compare
 
 _kinds = dict(zip(REASON_KINDS, REASON_KINDS))
-REFERENCE_FAILED, NO_UNIQUE_ANSWER, FORWARD_FAILED, NO_GRADIENT = (
-    _kinds["reference_failed"], _kinds["no_unique_answer"], _kinds["forward_failed"], _kinds["no_gradient"])
+REFERENCE_FAILED, NO_UNIQUE_ANSWER, FORWARD_FAILED, NO_GRADIENT, CPU_FALLBACK = (
+    _kinds["reference_failed"], _kinds["no_unique_answer"], _kinds["forward_failed"], _kinds["no_gradient"],
+    _kinds["cpu_fallback"])
 
 # Ops whose gradient goes to the element they chose (through an index or a sort's
 # order): with equal values in the input, another device may choose another one, and
@@ -139,6 +140,8 @@ def run_backward_case(op, dtype, sample, target, op_key, timing=True, aten_cache
     def done(status, reason, kind, **fields):
         return _result(status, reason, reason_kind=kind, duration_s=time.perf_counter() - started, **fields)
     cpu_args = sample_tools.call_args(sample)
+    if op_key in distributions.GRADIENT_CHECKED and judge.random_sample(op_key, cpu_args):
+        return _random_gradient(op, dtype, sample, target, op_key, cpu_args, aten_cache, done)
     why = _no_unique_gradient(op_key, cpu_args)
     if why:
         return done(SKIP, why, NO_UNIQUE_ANSWER, check_kind="none")
@@ -248,6 +251,44 @@ def run_backward_case(op, dtype, sample, target, op_key, timing=True, aten_cache
         fields.update(_time(cpu_outputs, cpu_inputs, grad_outputs, target_outputs, target_inputs, moved, target))
     return done(status, reason.replace("output", "gradient", 1) if reason.startswith("output") else reason,
                 kind, **fields)
+
+
+def _random_gradient(op, dtype, sample, target, op_key, cpu_args, aten_cache, done):
+    """A dropout sample that draws: its gradient judged by its distribution on the target
+    (distributions.check_dropout_gradient), for a seeded grad_output."""
+    try:
+        cpu_out = _call(op, cpu_args)
+    except Exception as e:
+        return done(SKIP, "the CPU reference raised: no ground truth", REFERENCE_FAILED, check_kind="none",
+                    error_type=type(e).__name__, message=classify.first_line(e))
+    if not _grad_outputs(cpu_out) or not _grad_inputs(cpu_args):
+        return done(SKIP, "nothing to differentiate in this sample", NO_GRADIENT, check_kind="none")
+    summary = sample_tools.summarize(sample)
+    (grad_output,) = _seeded_grad_outputs([cpu_out], zlib.crc32(f"{op_key}|{dtype}|{summary}".encode()))
+    aten_ops, _, variants, dtypes = _record_backward(op, sample_tools.to_device(cpu_args, "cpu"), [0],
+                                                     [grad_output], aten_cache, (op_key, str(dtype), summary),
+                                                     lambda out: out)
+    fields = {"aten_ops": aten_ops, "aten_variants": variants, "aten_dtypes": dtypes}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            with target.context():
+                inp, rest, kwargs = sample_tools.to_device(cpu_args, target.torch_device)
+                result = distributions.check_dropout_gradient(
+                    op_key, inp, rest, kwargs, sample_tools.to_device(grad_output, target.torch_device),
+                    n=judge.DRAW_VALUES, max_calls=judge.DRAW_CALLS)
+        except Exception as e:
+            status, aten_op, reason = classify.classify_error(e)
+            return done(status, f"backward: {reason}", None, check_kind="none", error_type=type(e).__name__,
+                        message=classify.first_line(e), aten_op=aten_op, **fields)
+    fallen_back = classify.fallback_ops(str(w.message) for w in caught)
+    if fallen_back:
+        return done(FALLBACK, f"fell back to the CPU: {', '.join(fallen_back)}", CPU_FALLBACK,
+                    check_kind="none", fallback_ops=fallen_back, aten_op=fallen_back[0], **fields)
+    notes = [f"deciding statistic {result.statistic:.4g}, threshold {result.threshold:.4g}"]
+    return done(result.status, f"gradient: {result.detail}", result.reason_kind,
+                check_kind=judge.DISTRIBUTION if result.status != SKIP else "none", notes=notes,
+                fallback_ops=[], **fields)
 
 
 def _time(cpu_outputs, cpu_inputs, grad_outputs, target_outputs, target_inputs, moved, target):

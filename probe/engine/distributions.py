@@ -622,6 +622,35 @@ def check_dropout(params, draw, n=N_VALUES, alpha=ALPHA, max_calls=MAX_CALLS, op
     return _mask_verdict(op_name, x, y, dtype, xs / (1 - p), np.zeros_like(xs), p, alpha, y.shape[0])
 
 
+# Dropout whose gradient is the same dropout applied to grad_output: g * mask / (1 - p).
+GRADIENT_CHECKED = ("nn.functional.dropout", "nn.functional.dropout2d", "nn.functional.dropout3d")
+
+
+def check_dropout_gradient(op_name, inp, args, kwargs, grad_output, n=N_VALUES, alpha=ALPHA,
+                           max_calls=MAX_CALLS):
+    """The gradient of a dropout sample (arguments on the target), drawn afresh each call: it
+    must be dropout applied to `grad_output` (check_dropout, with grad_output as the input),
+    and drop exactly where that call's forward dropped (a hard check, where neither the
+    input nor grad_output is 0)."""
+    call, args, kwargs = RANDOM_OPS[op_name].call, tuple(args), dict(kwargs or {})
+    params = dict(sample_params(op_name, inp, args, kwargs), input=grad_output.detach().cpu())
+    disagreements = [0]
+
+    def draw():
+        x = inp.detach().clone().requires_grad_(True)
+        out = call(x, args, kwargs)
+        (grad,) = torch.autograd.grad(out, x, grad_output)
+        informative = (x.detach() != 0) & (grad_output != 0)
+        disagreements[0] += int((((out.detach() != 0) != (grad != 0)) & informative).sum())
+        return grad
+    result = check_dropout(params, draw, n=n, alpha=alpha, max_calls=max_calls, op_name=op_name)
+    if result.status == SKIP or not disagreements[0]:
+        return result
+    return Result(MISMATCH, DISTRIBUTION, float(disagreements[0]), 0.0,
+                  f"gradient: {disagreements[0]} values kept where the forward dropped them or dropped where "
+                  f"it kept them; {result.detail}")
+
+
 def check_alpha_dropout(params, draw, n=N_VALUES, alpha=ALPHA, max_calls=MAX_CALLS,
                         op_name="nn.functional.alpha_dropout"):
     """Kept: a x + alpha a p; dropped: -alpha a (1 - p), a = ((alpha^2 p + 1)(1 - p))^-1/2 (Dropout.cpp)."""
