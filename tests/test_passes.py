@@ -286,3 +286,23 @@ def test_a_dropout_gradient_is_judged_by_its_distribution_and_its_forwards_mask(
                                    "nn.functional.dropout", timing=False)
         assert (result["status"], result["check_kind"]) == (MISMATCH, "distribution"), (how, result)
         assert says in result["reason"], result["reason"]
+
+
+def test_a_draw_whose_gradient_is_zeros_is_judged_by_value_whatever_was_drawn():
+    mean = torch.randn(3, 4, generator=torch.Generator().manual_seed(5))
+    sample = SampleInput(mean.clone().requires_grad_(), args=(torch.full((3, 4), 0.5),))
+    calls = []
+
+    def unseeded(m, s):  # every call draws anew: the target's values differ from the CPU's
+        calls.append(1)
+        return torch.normal(m, s)
+    result = run_backward_case(unseeded, torch.float32, sample, CPU, "normal", timing=False)
+    assert (result["status"], result["check_kind"]) == (PASS, "values"), result
+
+    def reparameterised_on_target(m, s):
+        calls.append(1)
+        out = torch.normal(m, s)
+        return out + (m - m.detach()) if len(calls) % 4 == 0 else out  # reference, truth, record, target
+    calls.clear()
+    result = run_backward_case(reparameterised_on_target, torch.float32, sample, CPU, "normal", timing=False)
+    assert result["status"] == MISMATCH, result

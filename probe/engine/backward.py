@@ -55,7 +55,7 @@ def _no_unique_gradient(op_key, args):
     inp, rest, kwargs = args
     if judge.shape_only(op_key):
         return "uninitialised memory has no gradient to compare"
-    if judge.random_sample(op_key, args):
+    if judge.random_sample(op_key, args) and op_key not in distributions.DRAW_WITHOUT_GRADIENT:
         return "a random sample: its gradient depends on the values drawn, which differ on the target"
     if ambiguity.tie_outputs(op_key, inp, rest, kwargs)[0] or ambiguity.random_regions(op_key, kwargs):
         return "ties: the chosen element, and so the gradient, may differ on another device"
@@ -203,9 +203,11 @@ def run_backward_case(op, dtype, sample, target, op_key, timing=True, aten_cache
             return done(SKIP, "the forward's outputs differ on the target", FORWARD_FAILED,
                         check_kind="none", **fields)
         target_outputs = _picked(target_out, positions)
+        # A draw (whose gradient does not depend on it) agrees in shape, dtype and device only.
+        drawn = judge.random_sample(op_key, cpu_args)
         forward = compare([o.detach() for o in target_outputs], [o.detach() for o in cpu_outputs],
                           [o.detach() for o in truth_outputs] if truth_outputs else None, dtype,
-                          device_type=target.torch_device.type)
+                          values=not drawn, device_type=target.torch_device.type)
         if forward.undecided:
             return done(SKIP, f"the forward has no unique answer here ({forward.reason})",
                         NO_UNIQUE_ANSWER, check_kind="none", **fields)

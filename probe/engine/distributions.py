@@ -622,6 +622,10 @@ def check_dropout(params, draw, n=N_VALUES, alpha=ALPHA, max_calls=MAX_CALLS, op
     return _mask_verdict(op_name, x, y, dtype, xs / (1 - p), np.zeros_like(xs), p, alpha, y.shape[0])
 
 
+# Draws whose gradient PyTorch defines as zeros, whatever was drawn (not reparameterised:
+# tools/autograd/derivatives.yaml, normal.* and bernoulli: zeros): unique, so compared by value.
+DRAW_WITHOUT_GRADIENT = ("normal", "normal.number_mean", "bernoulli")
+
 # Dropout whose gradient is the same dropout applied to grad_output: g * mask / (1 - p).
 GRADIENT_CHECKED = ("nn.functional.dropout", "nn.functional.dropout2d", "nn.functional.dropout3d")
 
