@@ -164,7 +164,7 @@ def _compare_floating(verdict, where, t, c, g, trivial=(), mode=None):
             # The derived allowance may not admit a trivially wrong answer either.
             admitted = [name for name, _, z in wrong if within_mode(z)]
             if admitted and not _close(t, c, atol, rtol):
-                if guessed:
+                if guessed and ratio_t > verdict.factor:
                     return verdict.fail(f"{where}: equals {guessed}, which the allowance of "
                                         f"{mode[0].mode.label} would admit but is wrong here", TRIVIAL)
                 return verdict.cannot_tell(f"{where}: the allowance of {mode[0].mode.label} would admit "
@@ -187,7 +187,9 @@ def _compare_floating(verdict, where, t, c, g, trivial=(), mode=None):
         return verdict.fail(text, VALUES)
     admitted = [name for name, r, _ in wrong if r <= bound]
     if admitted and not _close(t, c, atol, rtol):
-        if guessed:
+        # Within FACTOR x the floors a correct kernel may come as near the guess as that
+        # (the CPU itself errs that much here): neither pass nor mismatch.
+        if guessed and ratio_t > verdict.factor:
             return verdict.fail(f"{where}: equals {guessed}, which the CPU's error margin "
                                 f"would admit but is wrong here", TRIVIAL)
         verdict.cannot_tell(f"{where}: the allowance ({bound:.3g}× the floors) would admit "
