@@ -306,3 +306,34 @@ def test_a_draw_whose_gradient_is_zeros_is_judged_by_value_whatever_was_drawn():
     calls.clear()
     result = run_backward_case(reparameterised_on_target, torch.float32, sample, CPU, "normal", timing=False)
     assert result["status"] == MISMATCH, result
+
+
+class _RReLU(torch.autograd.Function):
+    """Training rrelu whose backward draws slopes of its own instead of the forward's."""
+
+    @staticmethod
+    def forward(ctx, x, lower, upper):
+        slope = torch.where(x < 0, torch.empty_like(x).uniform_(lower, upper), torch.ones_like(x))
+        ctx.save_for_backward(x)
+        ctx.bounds = (lower, upper)
+        return x * slope
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return g * torch.where(x < 0, torch.empty_like(x).uniform_(*ctx.bounds), torch.ones_like(x)), None, None
+
+
+def test_an_rrelu_gradient_must_use_its_forwards_slopes(monkeypatch):
+    import dataclasses
+    from mpsprobe.engine import distributions
+    x = torch.randn(16, 32, generator=torch.Generator().manual_seed(3))
+    sample = SampleInput(x.clone().requires_grad_(), kwargs={"lower": 0.1, "upper": 0.3, "training": True})
+    rrelu = torch.nn.functional.rrelu
+    result = run_backward_case(rrelu, torch.float32, sample, CPU, "nn.functional.rrelu", timing=False)
+    assert (result["status"], result["check_kind"]) == (PASS, "distribution"), result
+    monkeypatch.setitem(distributions.RANDOM_OPS, "nn.functional.rrelu", dataclasses.replace(
+        distributions.RANDOM_OPS["nn.functional.rrelu"], call=lambda i, a, k: _RReLU.apply(i, 0.1, 0.3)))
+    result = run_backward_case(rrelu, torch.float32, sample, CPU, "nn.functional.rrelu", timing=False)
+    assert (result["status"], result["check_kind"]) == (MISMATCH, "distribution"), result
+    assert "the forward's own slope" in result["reason"]

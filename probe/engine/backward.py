@@ -256,8 +256,8 @@ def run_backward_case(op, dtype, sample, target, op_key, timing=True, aten_cache
 
 
 def _random_gradient(op, dtype, sample, target, op_key, cpu_args, aten_cache, done):
-    """A dropout sample that draws: its gradient judged by its distribution on the target
-    (distributions.check_dropout_gradient), for a seeded grad_output."""
+    """A dropout or rrelu sample that draws: its gradient judged by its distribution on the
+    target (distributions.check_gradient), for a seeded grad_output."""
     try:
         cpu_out = _call(op, cpu_args)
     except Exception as e:
@@ -276,7 +276,7 @@ def _random_gradient(op, dtype, sample, target, op_key, cpu_args, aten_cache, do
         try:
             with target.context():
                 inp, rest, kwargs = sample_tools.to_device(cpu_args, target.torch_device)
-                result = distributions.check_dropout_gradient(
+                result = distributions.check_gradient(
                     op_key, inp, rest, kwargs, sample_tools.to_device(grad_output, target.torch_device),
                     n=judge.DRAW_VALUES, max_calls=judge.DRAW_CALLS)
         except Exception as e:

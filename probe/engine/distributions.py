@@ -627,7 +627,9 @@ def check_dropout(params, draw, n=N_VALUES, alpha=ALPHA, max_calls=MAX_CALLS, op
 DRAW_WITHOUT_GRADIENT = ("normal", "normal.number_mean", "bernoulli")
 
 # Dropout whose gradient is the same dropout applied to grad_output: g * mask / (1 - p).
-GRADIENT_CHECKED = ("nn.functional.dropout", "nn.functional.dropout2d", "nn.functional.dropout3d")
+DROPOUT_GRADIENTS = ("nn.functional.dropout", "nn.functional.dropout2d", "nn.functional.dropout3d")
+# Random samples whose gradient is judged by distribution (check_gradient).
+GRADIENT_CHECKED = DROPOUT_GRADIENTS + ("nn.functional.rrelu",)
 
 
 def check_dropout_gradient(op_name, inp, args, kwargs, grad_output, n=N_VALUES, alpha=ALPHA,
@@ -655,6 +657,38 @@ def check_dropout_gradient(op_name, inp, args, kwargs, grad_output, n=N_VALUES, 
                   f"it kept them; {result.detail}")
 
 
+def check_rrelu_gradient(op_name, inp, args, kwargs, grad_output, n=N_VALUES, alpha=ALPHA,
+                         max_calls=MAX_CALLS):
+    """The gradient of a training rrelu sample (arguments on the target), drawn afresh each
+    call: the forward passes check_rrelu, and the gradient is grad_output where the input
+    is >= 0 and grad_output times that call's own slope (out / x) where it is < 0 (a hard
+    check, within rounding)."""
+    call, args, kwargs = RANDOM_OPS[op_name].call, tuple(args), dict(kwargs or {})
+    params = sample_params(op_name, inp, args, kwargs)
+    upper = float(params.get("upper", 1 / 3))
+    violations = [0]
+
+    def draw():
+        x = inp.detach().clone().requires_grad_(True)
+        out = call(x, args, kwargs)
+        (grad,) = torch.autograd.grad(out, x, grad_output)
+        xs, ys, gs, go = (t.detach().cpu().to(torch.float64).numpy() for t in (x, out, grad, grad_output))
+        dtype = grad.dtype
+        positive = xs >= 0
+        violations[0] += int(np.sum(positive & (np.abs(gs - go) > _slack(go, dtype))))
+        negative = (xs < 0) & (go != 0)
+        slope_out, slope_grad = ys[negative] / xs[negative], gs[negative] / go[negative]
+        allowed = 2 * (_slack(slope_out, dtype, upper) + _slack(slope_grad, dtype, upper))
+        violations[0] += int(np.sum(~(np.abs(slope_grad - slope_out) <= allowed)))
+        return out
+    result = check_rrelu({**params, "input": inp.detach().cpu()}, draw, n=n, alpha=alpha, max_calls=max_calls)
+    if result.status == SKIP or not violations[0]:
+        return result
+    return Result(MISMATCH, DISTRIBUTION, float(violations[0]), 0.0,
+                  f"gradient: {violations[0]} values not grad_output times the forward's own slope; "
+                  f"{result.detail}")
+
+
 def check_alpha_dropout(params, draw, n=N_VALUES, alpha=ALPHA, max_calls=MAX_CALLS,
                         op_name="nn.functional.alpha_dropout"):
     """Kept: a x + alpha a p; dropped: -alpha a (1 - p), a = ((alpha^2 p + 1)(1 - p))^-1/2 (Dropout.cpp)."""
@@ -668,6 +702,13 @@ def check_alpha_dropout(params, draw, n=N_VALUES, alpha=ALPHA, max_calls=MAX_CAL
     kept = a * xs + _ALPHA_DROPOUT * a * p
     dropped = np.full_like(kept, -_ALPHA_DROPOUT * a * (1 - p))
     return _mask_verdict(op_name, x, y, dtype, kept, dropped, p, alpha, y.shape[0])
+
+
+def check_gradient(op_name, inp, args, kwargs, grad_output, n=N_VALUES, alpha=ALPHA, max_calls=MAX_CALLS):
+    """The distribution verdict on the gradient of a random sample of `op_name` (one of
+    GRADIENT_CHECKED), drawn on the target for `grad_output`."""
+    check = check_rrelu_gradient if op_name == "nn.functional.rrelu" else check_dropout_gradient
+    return check(op_name, inp, args, kwargs, grad_output, n=n, alpha=alpha, max_calls=max_calls)
 
 
 def check_rrelu(params, draw, n=N_VALUES, alpha=ALPHA, max_calls=MAX_CALLS):
