@@ -235,6 +235,14 @@ def test_ties_leave_a_gradient_unjudged_only_where_they_decide_it():
         assert (result["status"], result["check_kind"]) == (PASS, "values"), (key, result)
     result = gradient_of(torch.quantile, "quantile", ties, 0.5)
     assert (result["status"], result["reason_kind"]) == (SKIP, "no_unique_answer"), result
+    # Scans and msort choose along one dim: equal values across it leave the gradient unique.
+    for key, op, x, args, unique in (("cummax", torch.cummax, across, (1,), True),
+                                     ("cummax", torch.cummax, ties, (1,), False),
+                                     ("msort", torch.msort, across.T, (), True),
+                                     ("msort", torch.msort, ties.T, (), False)):
+        result = gradient_of(op, key, x, *args)
+        assert (result["status"] == PASS) == unique, (key, x, result)
+        assert unique or result["reason_kind"] == "no_unique_answer", result
 
 
 def test_a_backward_kernel_that_falls_back_is_named_and_timed(tmp_path, fake_mps, rows, run_cli):

@@ -62,9 +62,18 @@ def _no_unique_gradient(op_key, args):
     if ambiguity.written_twice(op_key, inp, rest, kwargs) is not None:
         return "positions written more than once: which write wins decides the gradient"
     if _chooses(op_key) and isinstance(inp, torch.Tensor) and inp.numel() > 1 and not inp.is_complex():
-        if torch.unique(inp.detach()).numel() < inp.numel():
+        along = _SCANS.get(op_key)
+        if along is not None:  # a scan or sort along one dim: only ties along it choose
+            dim = ambiguity._dim(rest, kwargs, along[0], along[1])
+            if ambiguity._ties_along(inp, dim if inp.dim() else None):
+                return "ties along the dim: the element chosen, and so the gradient, may differ"
+        elif torch.unique(inp.detach()).numel() < inp.numel():
             return "equal values in the input: the element chosen, and so the gradient, may differ"
     return None
+
+
+# Of _CHOOSING, the ops that choose along one dim: (positional index of the dim, its default).
+_SCANS = {"cummax": (0, None), "cummin": (0, None), "msort": (99, 0)}
 
 
 def _grad_inputs(args):
