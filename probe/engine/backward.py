@@ -285,9 +285,9 @@ def _random_gradient(op, dtype, sample, target, op_key, cpu_args, aten_cache, do
         try:
             with target.context():
                 inp, rest, kwargs = sample_tools.to_device(cpu_args, target.torch_device)
-                result = distributions.check_gradient(
-                    op_key, inp, rest, kwargs, sample_tools.to_device(grad_output, target.torch_device),
-                    n=judge.DRAW_VALUES, max_calls=judge.DRAW_CALLS)
+                moved = sample_tools.to_device(grad_output, target.torch_device)
+            result = distributions.check_gradient(op_key, inp, rest, kwargs, moved, n=judge.DRAW_VALUES,
+                                                  max_calls=judge.DRAW_CALLS, context=target.context)
         except Exception as e:
             status, aten_op, reason = classify.classify_error(e)
             return done(status, f"backward: {reason}", None, check_kind="none", error_type=type(e).__name__,

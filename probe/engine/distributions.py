@@ -35,6 +35,7 @@ alpha per case, whatever the sample. Draws are rounded to the output dtype:
 every test widens its bounds by `ULPS` units of rounding per value, so a
 correct float16 or bfloat16 generator is not a false alarm either.
 """
+import contextlib
 import fnmatch
 import functools
 import inspect
@@ -633,7 +634,7 @@ GRADIENT_CHECKED = DROPOUT_GRADIENTS + ("nn.functional.rrelu",)
 
 
 def check_dropout_gradient(op_name, inp, args, kwargs, grad_output, n=N_VALUES, alpha=ALPHA,
-                           max_calls=MAX_CALLS):
+                           max_calls=MAX_CALLS, context=contextlib.nullcontext):
     """The gradient of a dropout sample (arguments on the target), drawn afresh each call: it
     must be dropout applied to `grad_output` (check_dropout, with grad_output as the input),
     and drop exactly where that call's forward dropped (a hard check, where neither the
@@ -643,11 +644,13 @@ def check_dropout_gradient(op_name, inp, args, kwargs, grad_output, n=N_VALUES, 
     disagreements = [0]
 
     def draw():
-        x = inp.detach().clone().requires_grad_(True)
-        out = call(x, args, kwargs)
-        (grad,) = torch.autograd.grad(out, x, grad_output)
-        informative = (x.detach() != 0) & (grad_output != 0)
-        disagreements[0] += int((((out.detach() != 0) != (grad != 0)) & informative).sum())
+        with context():
+            x = inp.detach().clone().requires_grad_(True)
+            out = call(x, args, kwargs)
+            (grad,) = torch.autograd.grad(out, x, grad_output)
+        x, out, grad, g = (t.detach().cpu() for t in (x, out, grad, grad_output))
+        informative = (x != 0) & (g != 0)
+        disagreements[0] += int((((out != 0) != (grad != 0)) & informative).sum())
         return grad
     result = check_dropout(params, draw, n=n, alpha=alpha, max_calls=max_calls, op_name=op_name)
     if result.status == SKIP or not disagreements[0]:
@@ -658,7 +661,7 @@ def check_dropout_gradient(op_name, inp, args, kwargs, grad_output, n=N_VALUES, 
 
 
 def check_rrelu_gradient(op_name, inp, args, kwargs, grad_output, n=N_VALUES, alpha=ALPHA,
-                         max_calls=MAX_CALLS):
+                         max_calls=MAX_CALLS, context=contextlib.nullcontext):
     """The gradient of a training rrelu sample (arguments on the target), drawn afresh each
     call: the forward passes check_rrelu, and the gradient is grad_output where the input
     is >= 0 and grad_output times that call's own slope (out / x) where it is < 0 (a hard
@@ -669,9 +672,10 @@ def check_rrelu_gradient(op_name, inp, args, kwargs, grad_output, n=N_VALUES, al
     violations = [0]
 
     def draw():
-        x = inp.detach().clone().requires_grad_(True)
-        out = call(x, args, kwargs)
-        (grad,) = torch.autograd.grad(out, x, grad_output)
+        with context():
+            x = inp.detach().clone().requires_grad_(True)
+            out = call(x, args, kwargs)
+            (grad,) = torch.autograd.grad(out, x, grad_output)
         xs, ys, gs, go = (t.detach().cpu().to(torch.float64).numpy() for t in (x, out, grad, grad_output))
         dtype = grad.dtype
         positive = xs >= 0
@@ -704,11 +708,12 @@ def check_alpha_dropout(params, draw, n=N_VALUES, alpha=ALPHA, max_calls=MAX_CAL
     return _mask_verdict(op_name, x, y, dtype, kept, dropped, p, alpha, y.shape[0])
 
 
-def check_gradient(op_name, inp, args, kwargs, grad_output, n=N_VALUES, alpha=ALPHA, max_calls=MAX_CALLS):
+def check_gradient(op_name, inp, args, kwargs, grad_output, n=N_VALUES, alpha=ALPHA, max_calls=MAX_CALLS,
+                   context=contextlib.nullcontext):
     """The distribution verdict on the gradient of a random sample of `op_name` (one of
-    GRADIENT_CHECKED), drawn on the target for `grad_output`."""
+    GRADIENT_CHECKED), drawn on the target for `grad_output`, each draw within `context()`."""
     check = check_rrelu_gradient if op_name == "nn.functional.rrelu" else check_dropout_gradient
-    return check(op_name, inp, args, kwargs, grad_output, n=n, alpha=alpha, max_calls=max_calls)
+    return check(op_name, inp, args, kwargs, grad_output, n=n, alpha=alpha, max_calls=max_calls, context=context)
 
 
 def check_rrelu(params, draw, n=N_VALUES, alpha=ALPHA, max_calls=MAX_CALLS):
@@ -1030,7 +1035,7 @@ def check_kind(op_name, sample_kwargs):
     return DISTRIBUTION if is_random_sample(op_name, sample_kwargs) else VALUES_CHECK
 
 
-def make_draw(op_name, inp, args=(), kwargs=None, form=None):
+def make_draw(op_name, inp, args=(), kwargs=None, form=None, context=contextlib.nullcontext):
     """A callable drawing once more from the op with these (target-placed) arguments.
 
     The OpInfo's own op fixes the seed on every call (wrapper_set_seed), which
@@ -1038,9 +1043,19 @@ def make_draw(op_name, inp, args=(), kwargs=None, form=None):
     draws through the in-place form (a Tensor method such as cauchy_, or the
     function with inplace=True) into a fresh copy of the input each time; OUT
     through the out= form, into buffers that start as NaN (zeros for integers),
-    so a kernel that leaves them unwritten is seen.
+    so a kernel that leaves them unwritten is seen. Each draw runs within `context()`
+    (the target's), the statistics outside it.
     """
     call, args, kwargs = RANDOM_OPS[op_name].call, tuple(args), dict(kwargs or {})
+    draw = _draw(call, inp, args, kwargs, form)
+
+    def within():
+        with context():
+            return draw()
+    return within
+
+
+def _draw(call, inp, args, kwargs, form):
     if form == INPLACE:
         method = getattr(call, "method", None)
 
@@ -1061,12 +1076,13 @@ def make_draw(op_name, inp, args=(), kwargs=None, form=None):
     return lambda: call(inp, args, kwargs)
 
 
-def check_sample(op_name, inp, args=(), kwargs=None, n=N_VALUES, alpha=ALPHA, max_calls=MAX_CALLS, form=None):
+def check_sample(op_name, inp, args=(), kwargs=None, n=N_VALUES, alpha=ALPHA, max_calls=MAX_CALLS, form=None,
+                 context=contextlib.nullcontext):
     """The distribution verdict for one sample of `op_name` (arguments already on the target),
-    drawn through the op's `form` (make_draw).
+    drawn through the op's `form`, each draw within `context()` (make_draw).
 
     An exception from the target's draw propagates: raising is the caller's to classify.
     """
     params = sample_params(op_name, inp, args, kwargs)
-    return RANDOM_OPS[op_name].check(params, make_draw(op_name, inp, args, kwargs, form), n=n, alpha=alpha,
+    return RANDOM_OPS[op_name].check(params, make_draw(op_name, inp, args, kwargs, form, context), n=n, alpha=alpha,
                                      max_calls=max_calls)

@@ -361,9 +361,8 @@ def distribution(op_key, draw_args, target, form=None):
     distribution, drawn on the target (through the in-place or out= `form`, if given)."""
     inp, rest, kwargs = draw_args
     try:
-        with target.context():
-            result = distributions.check_sample(op_key, inp, rest, kwargs, n=DRAW_VALUES,
-                                                max_calls=DRAW_CALLS, form=form)
+        result = distributions.check_sample(op_key, inp, rest, kwargs, n=DRAW_VALUES, max_calls=DRAW_CALLS,
+                                            form=form, context=target.context)
     except Exception as e:
         status, aten_op, reason = classify.classify_error(e)
         return status, f"drawing again on the target: {reason}", None, {
