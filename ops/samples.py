@@ -110,3 +110,11 @@ def upcast(args, dtype):
 def call_args(sample):
     """The sample as (input, args, kwargs): one pytree to move or upcast at once."""
     return (sample.input, tuple(sample.args), dict(sample.kwargs))
+
+
+def unwritten_like(t):
+    """A buffer for out=: NaN where a value can say "never written", else zeros."""
+    if not isinstance(t, torch.Tensor):
+        return t
+    buffer = torch.empty_like(t, memory_format=torch.contiguous_format)
+    return buffer.fill_(float("nan")) if (t.is_floating_point() or t.is_complex()) else buffer.zero_()

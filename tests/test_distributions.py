@@ -1,4 +1,5 @@
 """Distribution checks: silent on correct torch CPU draws over many seeds, loud on real bugs."""
+import functools
 import itertools
 
 import pytest
@@ -238,3 +239,46 @@ def test_opinfo_samples_pass_through_check_sample():
                 seen.add(key)
     assert {"normal", "uniform", "bernoulli", "multinomial", "nn.functional.dropout", "nn.functional.rrelu",
             "randint", "cauchy", "geometric", "exponential", "log_normal"} <= seen
+
+
+RANDOM_FORMS = ["cauchy", "exponential", "geometric", "log_normal", "normal.in_place", "uniform",
+                "nn.functional.dropout", "nn.functional.dropout2d", "nn.functional.alpha_dropout",
+                "nn.functional.rrelu", "bernoulli", "multinomial", "normal", "randn"]
+
+
+def test_in_place_and_out_forms_of_random_ops_get_distribution_verdicts():
+    from mpsprobe.engine.devices import Target
+    from mpsprobe.engine.variants import out_form, run_variant_case
+    from mpsprobe.ops import opinfo
+    from mpsprobe.vocabulary import INPLACE, OUT
+    ops = {opinfo.op_key(o): o for o in opinfo.load_op_db()}
+    judged = {INPLACE: set(), OUT: set()}
+    for key in RANDOM_FORMS:
+        op = ops[key]
+        for pass_ in opinfo.passes(op, torch.float32, (INPLACE, OUT)):
+            fn = out_form(op.op) if pass_ == OUT else opinfo.variant(op, pass_)
+            for sample in opinfo.samples(op, torch.float32, 3):
+                result = run_variant_case(fn, pass_, torch.float32, sample, Target("cpu"), key, timing=False)
+                assert result["status"] == PASS, (key, pass_, result["reason"])
+                if result["check_kind"] == D.DISTRIBUTION:
+                    judged[pass_].add(key)
+    assert judged[INPLACE] >= {"cauchy", "uniform", "nn.functional.dropout", "nn.functional.rrelu"}, judged
+    assert judged[OUT] >= {"bernoulli", "multinomial", "normal", "randn"}, judged
+
+
+def test_forms_that_do_not_write_where_they_should_are_caught(monkeypatch):
+    from mpsprobe.vocabulary import INPLACE, OUT
+    fresh_normal = D.RandomOp(D.check_normal, lambda i, a, k: {"numel": i.numel()},
+                              lambda i, a, k: torch.randn(i.shape, generator=g))  # ignores out=
+    monkeypatch.setitem(D.RANDOM_OPS, "normal", fresh_normal)
+    x = torch.zeros(256)
+    assert D.check_sample("normal", x, n=4096, max_calls=64).status == PASS
+    _mismatch(D.check_sample("normal", x, n=4096, max_calls=64, form=OUT), "finite")
+    x = torch.randn(16, 32, generator=g)
+    fresh_dropout = D.RandomOp(
+        functools.partial(D.check_dropout, op_name="nn.functional.dropout"),
+        lambda i, a, k: {"input": i, "p": 0.5, "training": True},
+        lambda i, a, k: torch.nn.functional.dropout(i, 0.5))  # ignores inplace=True: the input stays
+    monkeypatch.setitem(D.RANDOM_OPS, "nn.functional.dropout", fresh_dropout)
+    assert D.check_sample("nn.functional.dropout", x, n=4096, max_calls=64).status == PASS
+    assert D.check_sample("nn.functional.dropout", x, n=4096, max_calls=64, form=INPLACE).status == MISMATCH

@@ -174,3 +174,25 @@ def test_the_fake_refuses_in_each_torch_s_wording(wording, family):
             torch.histc(torch.ones(3), bins=2)
     verdict = classify_message(str(refused.value))
     assert (verdict.family, verdict.status, verdict.op) == (family, "unsupported", "aten::histc")
+
+
+def test_random_draws_are_judged_by_distribution_on_the_fake_like_on_mps():
+    """The draws run in the target's context, the statistics (in float64, on the CPU) outside
+    it: MPS refuses float64 on the device only, and so does the fake."""
+    from torch.testing._internal.opinfo.core import SampleInput
+    from mpsprobe.engine.backward import run_backward_case
+    from mpsprobe.engine.execute import run_case
+    from mpsprobe.engine.variants import out_form
+    from mpsprobe.vocabulary import OUT
+    target = fake_backend.make_target()
+    x = torch.randn(16, 32)
+    dropout = SampleInput(x.clone(), kwargs={"p": 0.3, "training": True})
+    results = [run_case(torch.nn.functional.dropout, torch.float32, dropout, target, timing=False,
+                        op_key="nn.functional.dropout"),
+               run_case(out_form(torch.normal), torch.float32, SampleInput(x.clone(), args=(1.0,)), target,
+                        timing=False, op_key="normal", draw_form=OUT),
+               run_backward_case(torch.nn.functional.dropout, torch.float32,
+                                 SampleInput(x.clone().requires_grad_(), kwargs=dropout.kwargs), target,
+                                 "nn.functional.dropout", timing=False)]
+    for result in results:
+        assert (result["status"], result["check_kind"]) == ("pass", "distribution"), result

@@ -9,12 +9,19 @@ import json
 import sqlite3
 
 import pytest
+import torch
+from torch.testing._internal.opinfo.core import SampleInput
 
 import fake_mps as fake_backend
 from mpsprobe.db.query import blame, findings
+from mpsprobe.engine.backward import run_backward_case
+from mpsprobe.engine.devices import Target
 from mpsprobe.vocabulary import (BACKWARD, ERROR, FORWARD, INPLACE, MISMATCH, OUT, PASS,
                                  PASS_COLUMN, SKIP, UNSUPPORTED)
 
+from wrong_backend import WrongTarget
+
+CPU = Target("cpu")
 FAKE_OPS = "nn.functional.softplus,sigmoid,add,nn.functional.relu"
 
 MODEL = '''
@@ -155,11 +162,10 @@ def test_the_cpu_against_itself_is_clean_in_every_pass(cpu_db, rows):
 
 
 def test_no_unique_gradient_is_skipped_with_the_reason(cpu_db, rows):
-    eigh = _cases(rows, cpu_db, "linalg.eigh", BACKWARD)
-    assert eigh and all(r["status"] == SKIP and "free phase" in r["reason"] for r in eigh)
-    dropout = _cases(rows, cpu_db, "nn.functional.dropout", BACKWARD)
-    drawn = [r for r in dropout if "random sample" in (r["reason"] or "")]
-    assert drawn and all(r["status"] == SKIP for r in drawn)
+    eigh = _cases(rows, cpu_db, "linalg.eigh", BACKWARD)  # distinct eigenvalues: judged through their phases
+    assert eigh and all((r["status"], r["check_kind"]) == (PASS, "values") for r in eigh), eigh
+    dropout = _cases(rows, cpu_db, "nn.functional.dropout", BACKWARD)  # drawn: judged by distribution
+    assert {(r["status"], r["check_kind"]) for r in dropout} == {(PASS, "values"), (PASS, "distribution")}
     # An in-place add that would broadcast into its input: the CPU refuses too.
     refused = [r for r in _cases(rows, cpu_db, "add", INPLACE) if r["status"] == SKIP]
     assert refused and all(r["reason_kind"] == "reference_failed" and r["message"] for r in refused)
@@ -168,3 +174,174 @@ def test_no_unique_gradient_is_skipped_with_the_reason(cpu_db, rows):
 def test_fake_backend_has_the_gradient_faults():
     assert "aten::softplus_backward" in fake_backend.DEFAULTS["not_implemented"]
     assert fake_backend.DEFAULTS["scaled"] == {"aten::sigmoid_backward": 2.0}
+
+
+# --- gradients through eigen and singular vectors --------------------------------------
+
+VECTOR_OPS = {"linalg.eigh": torch.linalg.eigh, "linalg.eig": torch.linalg.eig,
+              "linalg.svd": lambda a: torch.linalg.svd(a, full_matrices=False), "svd": torch.svd}
+
+
+def _matrix(key, seed=3):
+    a = torch.randn(2, 4, 4, dtype=torch.complex64, generator=torch.Generator().manual_seed(seed))
+    return (a + a.mH if key == "linalg.eigh" else a).requires_grad_()
+
+
+@pytest.mark.parametrize("key", sorted(VECTOR_OPS))
+def test_vector_gradients_in_another_phase_pass_and_wrong_ones_do_not(key):
+    op = VECTOR_OPS[key]
+    result = run_backward_case(op, torch.complex64, SampleInput(_matrix(key)), WrongTarget("phase"), key,
+                               timing=False)
+    assert (result["status"], result["check_kind"]) == (PASS, "values"), result
+    calls = []
+
+    values = 0 if key.startswith("linalg.eig") else 1
+
+    def off_on_target(a):  # the same forward; the values' gradient 5 % off, on the target's call only
+        calls.append(1)
+        out = list(op(a))
+        if len(calls) == 4:  # reference, float64 truth, aten record, target
+            out[values] = out[values] + 0.05 * (out[values] - out[values].detach())
+        return tuple(out)
+    result = run_backward_case(off_on_target, torch.complex64, SampleInput(_matrix(key)), CPU, key, timing=False)
+    assert result["status"] == MISMATCH, result
+
+
+def test_repeated_eigenvalues_have_no_unique_vector_gradient():
+    q = torch.linalg.qr(torch.randn(4, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(4)))[0]
+    a = (q @ torch.diag(torch.tensor([1.0, 1.0, 2.0, 3.0], dtype=torch.float64)) @ q.mT).float()
+    result = run_backward_case(torch.linalg.eigh, torch.float32, SampleInput(a.requires_grad_()), CPU,
+                               "linalg.eigh", timing=False)
+    assert (result["status"], result["reason_kind"]) == (SKIP, "no_unique_answer"), result
+    assert "repeated" in result["reason"]
+
+
+def test_ties_leave_a_gradient_unjudged_only_where_they_decide_it():
+    ties = torch.tensor([[3.0, 1.0, 3.0], [2.0, 2.0, 0.0]])
+    across = torch.tensor([[3.0, 1.0, 2.0], [3.0, 1.0, 0.0]])  # equal values, none along dim 1
+
+    def gradient_of(op, key, x, *args):
+        return run_backward_case(op, torch.float32, SampleInput(x.clone().requires_grad_(), args=args), CPU,
+                                 key, timing=False)
+    # Shared evenly among equal values on every device: judged.
+    for key, op in (("aminmax", torch.aminmax), ("amax", torch.amax), ("max.reduction_no_dim", torch.max)):
+        result = gradient_of(op, key, ties)
+        assert (result["status"], result["check_kind"]) == (PASS, "values"), (key, result)
+    # An index chosen among ties along the dim: not unique.
+    result = gradient_of(torch.max, "max.reduction_with_dim", ties, 1)
+    assert (result["status"], result["reason_kind"]) == (SKIP, "no_unique_answer"), result
+    for key, op, args in (("max.reduction_with_dim", torch.max, (1,)), ("topk", torch.topk, (2, 1))):
+        result = gradient_of(op, key, across, *args)
+        assert (result["status"], result["check_kind"]) == (PASS, "values"), (key, result)
+    result = gradient_of(torch.quantile, "quantile", ties, 0.5)
+    assert (result["status"], result["reason_kind"]) == (SKIP, "no_unique_answer"), result
+    # Scans and msort choose along one dim: equal values across it leave the gradient unique.
+    for key, op, x, args, unique in (("cummax", torch.cummax, across, (1,), True),
+                                     ("cummax", torch.cummax, ties, (1,), False),
+                                     ("msort", torch.msort, across.T, (), True),
+                                     ("msort", torch.msort, ties.T, (), False)):
+        result = gradient_of(op, key, x, *args)
+        assert (result["status"] == PASS) == unique, (key, x, result)
+        assert unique or result["reason_kind"] == "no_unique_answer", result
+
+
+def test_a_backward_kernel_that_falls_back_is_named_and_timed(tmp_path, fake_mps, rows, run_cli):
+    db = tmp_path / "fb.db"
+    result = run_cli("run", "--db", db, "--backend", fake_mps, "--ops", "nn.functional.softplus",
+                     "--dtypes", "float32", "--samples", 2, "--passes", "backward", "--mps-fallback",
+                     "--workers", 1)
+    assert result.exit_code == 0, result.output
+    found = _cases(rows, db, "nn.functional.softplus", BACKWARD)
+    assert found and all(r["status"] == "fallback" for r in found), found
+    assert all(json.loads(r["fallback_ops"]) == ["aten::softplus_backward"] for r in found)
+    assert all(r["ref_ms"] > 0 and r["target_ms"] > 0 for r in found)  # the backward alone, timed
+
+
+# --- gradients of random samples -------------------------------------------------------
+
+class _Dropout(torch.autograd.Function):
+    """Dropout with a backward that is wrong in one way: `how` is "fresh_mask" (a mask of
+    its own) or "unscaled" (the forward's mask, without 1 / (1 - p))."""
+
+    @staticmethod
+    def forward(ctx, x, p, how):
+        mask = (torch.rand(x.shape) >= p).to(x.dtype)
+        ctx.p, ctx.how = p, how
+        ctx.save_for_backward(mask)
+        return x * mask / (1 - p)
+
+    @staticmethod
+    def backward(ctx, g):
+        (mask,) = ctx.saved_tensors
+        if ctx.how == "fresh_mask":
+            return g * (torch.rand(g.shape) >= ctx.p).to(g.dtype) / (1 - ctx.p), None, None
+        return g * mask, None, None
+
+
+def test_a_dropout_gradient_is_judged_by_its_distribution_and_its_forwards_mask(monkeypatch):
+    import dataclasses
+    from mpsprobe.engine import distributions
+    x = torch.randn(16, 32, generator=torch.Generator().manual_seed(2))
+    sample = SampleInput(x.clone().requires_grad_(), kwargs={"p": 0.4, "training": True})
+    result = run_backward_case(torch.nn.functional.dropout, torch.float32, sample, CPU, "nn.functional.dropout",
+                               timing=False)
+    assert (result["status"], result["check_kind"]) == (PASS, "distribution"), result
+    record = distributions.RANDOM_OPS["nn.functional.dropout"]
+    for how, says in (("fresh_mask", "kept where the forward dropped"), ("unscaled", "each value kept")):
+        monkeypatch.setitem(distributions.RANDOM_OPS, "nn.functional.dropout", dataclasses.replace(
+            record, call=lambda i, a, k, how=how: _Dropout.apply(i, k["p"], how)))
+        result = run_backward_case(torch.nn.functional.dropout, torch.float32, sample, CPU,
+                                   "nn.functional.dropout", timing=False)
+        assert (result["status"], result["check_kind"]) == (MISMATCH, "distribution"), (how, result)
+        assert says in result["reason"], result["reason"]
+
+
+def test_a_draw_whose_gradient_is_zeros_is_judged_by_value_whatever_was_drawn():
+    mean = torch.randn(3, 4, generator=torch.Generator().manual_seed(5))
+    sample = SampleInput(mean.clone().requires_grad_(), args=(torch.full((3, 4), 0.5),))
+    calls = []
+
+    def unseeded(m, s):  # every call draws anew: the target's values differ from the CPU's
+        calls.append(1)
+        return torch.normal(m, s)
+    result = run_backward_case(unseeded, torch.float32, sample, CPU, "normal", timing=False)
+    assert (result["status"], result["check_kind"]) == (PASS, "values"), result
+
+    def reparameterised_on_target(m, s):
+        calls.append(1)
+        out = torch.normal(m, s)
+        return out + (m - m.detach()) if len(calls) % 4 == 0 else out  # reference, truth, record, target
+    calls.clear()
+    result = run_backward_case(reparameterised_on_target, torch.float32, sample, CPU, "normal", timing=False)
+    assert result["status"] == MISMATCH, result
+
+
+class _RReLU(torch.autograd.Function):
+    """Training rrelu whose backward draws slopes of its own instead of the forward's."""
+
+    @staticmethod
+    def forward(ctx, x, lower, upper):
+        slope = torch.where(x < 0, torch.empty_like(x).uniform_(lower, upper), torch.ones_like(x))
+        ctx.save_for_backward(x)
+        ctx.bounds = (lower, upper)
+        return x * slope
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return g * torch.where(x < 0, torch.empty_like(x).uniform_(*ctx.bounds), torch.ones_like(x)), None, None
+
+
+def test_an_rrelu_gradient_must_use_its_forwards_slopes(monkeypatch):
+    import dataclasses
+    from mpsprobe.engine import distributions
+    x = torch.randn(16, 32, generator=torch.Generator().manual_seed(3))
+    sample = SampleInput(x.clone().requires_grad_(), kwargs={"lower": 0.1, "upper": 0.3, "training": True})
+    rrelu = torch.nn.functional.rrelu
+    result = run_backward_case(rrelu, torch.float32, sample, CPU, "nn.functional.rrelu", timing=False)
+    assert (result["status"], result["check_kind"]) == (PASS, "distribution"), result
+    monkeypatch.setitem(distributions.RANDOM_OPS, "nn.functional.rrelu", dataclasses.replace(
+        distributions.RANDOM_OPS["nn.functional.rrelu"], call=lambda i, a, k: _RReLU.apply(i, 0.1, 0.3)))
+    result = run_backward_case(rrelu, torch.float32, sample, CPU, "nn.functional.rrelu", timing=False)
+    assert (result["status"], result["check_kind"]) == (MISMATCH, "distribution"), result
+    assert "the forward's own slope" in result["reason"]

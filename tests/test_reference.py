@@ -232,3 +232,56 @@ def test_eigenvalues_in_another_order_pass_and_wrong_ones_do_not():
     scaled = _on_target(torch.linalg.eigvals, lambda x: torch.linalg.eigvals(x).flip(-1) * 1.01)
     result = run_case(scaled, torch.float32, SampleInput(a), CPU, timing=False, op_key="linalg.eigvals")
     assert result["status"] == MISMATCH, result
+
+
+@pytest.mark.parametrize("key", ["linalg.eigvals", "linalg.eig", "linalg.eigh", "linalg.svd"])
+def test_empty_matrices_of_the_vector_ops_are_judged_not_skipped(key):
+    op = {"linalg.eigvals": torch.linalg.eigvals, "linalg.eig": torch.linalg.eig,
+          "linalg.eigh": torch.linalg.eigh, "linalg.svd": torch.linalg.svd}[key]
+    for shape in ((5, 0, 0), (0, 3, 3)):
+        result = run_case(op, torch.float32, SampleInput(torch.zeros(shape)), CPU, timing=False, op_key=key)
+        assert (result["status"], result["check_kind"]) == (PASS, "values"), (shape, result)
+
+
+def test_a_derived_allowance_admits_no_trivially_wrong_answer():
+    from mpsprobe.engine import precision
+    from mpsprobe.engine.verdict import compare
+    truth = torch.tensor([1.0, 2.0, -3.0], dtype=torch.float64)
+    cpu = truth.float()
+    loose = {0: (precision.Applicable(precision.MODES["fp32_any_order"], "aten::mm", 10), torch.full((3,), 10.0))}
+    zeros = compare(torch.zeros(3), cpu, truth, torch.float32, modes=loose)
+    assert not zeros.ok and zeros.reason_kind == KIND["trivial_answer"], zeros
+    near = compare(cpu + 0.5, cpu, truth, torch.float32, modes=loose)  # neither the CPU nor a guess
+    assert near.ok and near.undecided, near
+    assert compare(cpu, cpu, truth, torch.float32, modes=loose).ok  # the CPU's own answer still passes
+
+
+def test_an_ill_conditioned_matmul_is_decided_by_the_error_of_any_summation_order(ops):
+    results = [r for _, r in _run(ops, "addbmm", torch.bfloat16)]
+    assert all(r["status"] != MISMATCH for r in results), results
+    assert any((r["status"], r["reason_kind"]) == (PASS, KIND["summation_order"]) for r in results), results
+
+
+def test_in_place_matmuls_belong_to_their_family(ops):
+    from mpsprobe.engine import precision
+    from mpsprobe.engine.variants import run_variant_case
+    from mpsprobe.vocabulary import INPLACE
+    assert precision.family_of("aten::addmm_") == precision.family_of("aten::addmm") == precision.MATMUL
+    assert precision.reduction_length("aten::addbmm_", [(3, 4), (2, 3, 7), (2, 7, 4)]) == 7
+    assert precision.family_of("aten::add_") is None
+    op = ops["addbmm"]
+    results = [run_variant_case(op.inplace_variant, INPLACE, torch.bfloat16, s, CPU, "addbmm", timing=False)
+               for s in opinfo.samples(op, torch.bfloat16, 3)]
+    assert all(r["status"] != MISMATCH for r in results), results
+    assert any(r["reason_kind"] == KIND["summation_order"] for r in results), results
+
+
+def test_zeros_just_beyond_the_floors_are_not_passed_on_the_cpus_error():
+    from mpsprobe.engine.verdict import compare
+    truth = torch.tensor([3e-5, -3e-5, 2e-5], dtype=torch.float64)  # zeros: 2-3x the float32 floors off
+    cpu = (truth + 0.8e-5).float()                                  # the CPU 0.8x the floors off: allowance 4x
+    zeros = compare(torch.zeros(3), cpu, truth, torch.float32)
+    assert zeros.ok and zeros.undecided, zeros  # never a pass; within 5x the floors, no mismatch either
+    assert compare(cpu, cpu, truth, torch.float32).ok
+    near = compare((truth - 0.5e-5).float(), cpu, truth, torch.float32)  # right, but not the CPU's answer
+    assert near.ok and near.undecided, near

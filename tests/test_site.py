@@ -141,6 +141,18 @@ def test_check_findings_ops_and_the_pages_answer_from_the_same_run(site_db, tmp_
     assert re.search(rf'<option value="{picked["id"]}" selected>', page)
 
 
+def test_the_matrix_toggles_between_passes(ds, site_db, rows):
+    shown = 0
+    for run in rows(site_db, "SELECT id FROM runs"):
+        for pass_ in ("backward", "inplace", "out"):
+            expected = {(r["op_id"], r["dtype"]): r["status"] for r in rows(
+                site_db, f"SELECT op_id, dtype, status FROM op_dtype_status WHERE run_id = ? AND {PASS_COLUMN} = ?",
+                [run["id"], pass_])}
+            assert matrix_cells(get(ds, f"/-/matrix?run={run['id']}&pass={pass_}").text) == expected, pass_
+            shown += len(expected)
+    assert shown  # the fixture has cases of other passes than the forward
+
+
 def test_fixture_covers_the_statuses_the_site_colours(site_db, rows):
     present = {r["status"] for r in rows(site_db, "SELECT DISTINCT status FROM results")}
     assert {"pass", "fallback", "mismatch", "unsupported", "crash", "timeout"} <= present

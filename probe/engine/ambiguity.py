@@ -20,6 +20,7 @@ Decided per sample, from the actual input, never per op name:
   no order: its eigenvalues (and vectors) are matched to the CPU's first.
 """
 import torch
+from torch.utils._pytree import tree_flatten
 
 # OpInfo op -> (index outputs, where the dim is: (positional index in args, default)).
 _INDEX_OUTPUTS = {
@@ -229,9 +230,10 @@ def _repeated(values, dtype):
     return bool((gaps <= eps ** 0.5).any())
 
 
-def _matched(values, vectors, reference):
-    """`values` (and `vectors`' columns) reordered to follow `reference`: each reference
-    eigenvalue takes the nearest unused one. linalg.eig promises no order."""
+def _order(values, reference):
+    """The indices that reorder `values` to follow `reference` (both read on the CPU): each
+    reference eigenvalue takes the nearest unused one. linalg.eig promises no order."""
+    values, reference = values.detach().cpu(), reference.detach().cpu()
     order = torch.empty(values.shape, dtype=torch.long)
     flat_v, flat_r = values.reshape(-1, values.shape[-1]), reference.reshape(-1, reference.shape[-1])
     flat_o = order.reshape(-1, values.shape[-1])
@@ -241,6 +243,12 @@ def _matched(values, vectors, reference):
             j = int(distance[i].argmin())
             flat_o[b, i] = j
             distance[:, j] = float("inf")
+    return order
+
+
+def _matched(values, vectors, reference):
+    """`values` (and `vectors`' columns) reordered to follow `reference` (see _order)."""
+    order = _order(values, reference).to(values.device)
     values = values.gather(-1, order)
     if vectors is not None:
         vectors = vectors.gather(-1, order.unsqueeze(-2).expand(vectors.shape))
@@ -270,6 +278,8 @@ def canonical(op_key, out, cpu_out, dtype):
     read on `cpu_out`; returns (out, (), None) for any other op.
     """
     if op_key == "linalg.eigvals" and isinstance(out, torch.Tensor):
+        if out.numel() == 0 or out.shape != cpu_out.shape:
+            return out, (), None  # nothing to reorder, or a shape the comparison will name
         return _matched(out, None, cpu_out)[0], (), None
     if op_key not in VECTOR_OPS or not isinstance(out, (tuple, list)):
         return out, (), None
@@ -314,3 +324,44 @@ def lowrank_exact(op_key, args, kwargs, cpu_out, dtype):
     rebuilt = (u @ torch.diag_embed(s.to(u.dtype)) @ vh).to(wide)
     eps = torch.finfo(dtype).eps
     return bool(((rebuilt - a).abs() <= eps ** 0.5 * (1 + a.abs().amax())).all())
+
+
+# --- gradients through vectors -------------------------------------------------------
+
+def gradient_not_unique(op_key, args, kwargs, cpu_out, dtype):
+    """Why the gradient of a vector op's sample has no unique answer even in canonical
+    form (repeated eigen/singular values; a low-rank projection below the rank), or None."""
+    if op_key not in VECTOR_OPS or not isinstance(cpu_out, (tuple, list, torch.Tensor)):
+        return None
+    if op_key == "linalg.eigvals" or op_key.startswith("linalg.eig"):
+        values = cpu_out if op_key == "linalg.eigvals" else cpu_out[0]
+    else:
+        values = _svd_parts(op_key, cpu_out)[1]
+    if values.numel() and _repeated(values, dtype):
+        return "repeated eigen/singular values: the vectors, and so their gradient, are not unique"
+    if op_key in ("svd_lowrank", "pca_lowrank") and not lowrank_exact(op_key, args, kwargs, cpu_out, dtype):
+        return "q below the matrix's rank: the approximation depends on the random projection"
+    return None
+
+
+def gauge_fixed(op_key, out, reference):
+    """A vector op's outputs in canonical form, as differentiable functions of them: eig's
+    eigenvalues (and vectors) in `reference`'s order, each vector turned by its own pivot
+    component's phase (pivots read on `reference`, the CPU's output), U and Vh turned
+    together, full_matrices' completion left out. A gradient through these is unique
+    (invariant under the free phases), so it can be compared across devices."""
+    if any(isinstance(t, torch.Tensor) and t.numel() == 0 for t in tree_flatten(reference)[0]):
+        return tuple(out) if isinstance(out, (tuple, list)) else (out,)  # empty: no vector to turn
+    if op_key == "linalg.eigvals":
+        return (out.gather(-1, _order(out, reference).to(out.device)),)
+    if op_key in ("linalg.eigh", "linalg.eig"):
+        values, vectors = out[0], out[1]
+        if op_key == "linalg.eig":
+            order = _order(values, reference[0]).to(values.device)
+            values = values.gather(-1, order)
+            vectors = vectors.gather(-1, order.unsqueeze(-2).expand(vectors.shape))
+        pivot = _pivot(reference[1].detach().cpu()).to(vectors.device)
+        return (values, vectors * _phases(vectors, pivot).conj())
+    u, s, vh = _svd_parts(op_key, out)
+    phase = _phases(u, _pivot(_svd_parts(op_key, reference)[0].detach().cpu()).to(u.device))
+    return (u * phase.conj(), s, vh * phase.mT)

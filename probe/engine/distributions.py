@@ -35,6 +35,7 @@ alpha per case, whatever the sample. Draws are rounded to the output dtype:
 every test widens its bounds by `ULPS` units of rounding per value, so a
 correct float16 or bfloat16 generator is not a false alarm either.
 """
+import contextlib
 import fnmatch
 import functools
 import inspect
@@ -44,8 +45,10 @@ from typing import Callable, NamedTuple
 
 import numpy as np
 import torch
+from torch.utils._pytree import tree_map
 
-from mpsprobe.vocabulary import CHECK_KINDS, MISMATCH, PASS, REASON_KIND, SKIP
+from mpsprobe.ops.samples import unwritten_like
+from mpsprobe.vocabulary import CHECK_KINDS, INPLACE, MISMATCH, OUT, PASS, REASON_KIND, SKIP
 
 VALUES_CHECK, DISTRIBUTION, SHAPE_CHECK, _ = CHECK_KINDS
 assert DISTRIBUTION in REASON_KIND  # the reason kind and the check kind share the word
@@ -620,6 +623,76 @@ def check_dropout(params, draw, n=N_VALUES, alpha=ALPHA, max_calls=MAX_CALLS, op
     return _mask_verdict(op_name, x, y, dtype, xs / (1 - p), np.zeros_like(xs), p, alpha, y.shape[0])
 
 
+# Draws whose gradient PyTorch defines as zeros, whatever was drawn (not reparameterised:
+# tools/autograd/derivatives.yaml, normal.* and bernoulli: zeros): unique, so compared by value.
+DRAW_WITHOUT_GRADIENT = ("normal", "normal.number_mean", "bernoulli")
+
+# Dropout whose gradient is the same dropout applied to grad_output: g * mask / (1 - p).
+DROPOUT_GRADIENTS = ("nn.functional.dropout", "nn.functional.dropout2d", "nn.functional.dropout3d")
+# Random samples whose gradient is judged by distribution (check_gradient).
+GRADIENT_CHECKED = DROPOUT_GRADIENTS + ("nn.functional.rrelu",)
+
+
+def check_dropout_gradient(op_name, inp, args, kwargs, grad_output, n=N_VALUES, alpha=ALPHA,
+                           max_calls=MAX_CALLS, context=contextlib.nullcontext):
+    """The gradient of a dropout sample (arguments on the target), drawn afresh each call: it
+    must be dropout applied to `grad_output` (check_dropout, with grad_output as the input),
+    and drop exactly where that call's forward dropped (a hard check, where neither the
+    input nor grad_output is 0)."""
+    call, args, kwargs = RANDOM_OPS[op_name].call, tuple(args), dict(kwargs or {})
+    params = dict(sample_params(op_name, inp, args, kwargs), input=grad_output.detach().cpu())
+    disagreements = [0]
+
+    def draw():
+        with context():
+            x = inp.detach().clone().requires_grad_(True)
+            out = call(x, args, kwargs)
+            (grad,) = torch.autograd.grad(out, x, grad_output)
+        x, out, grad, g = (t.detach().cpu() for t in (x, out, grad, grad_output))
+        informative = (x != 0) & (g != 0)
+        disagreements[0] += int((((out != 0) != (grad != 0)) & informative).sum())
+        return grad
+    result = check_dropout(params, draw, n=n, alpha=alpha, max_calls=max_calls, op_name=op_name)
+    if result.status == SKIP or not disagreements[0]:
+        return result
+    return Result(MISMATCH, DISTRIBUTION, float(disagreements[0]), 0.0,
+                  f"gradient: {disagreements[0]} values kept where the forward dropped them or dropped where "
+                  f"it kept them; {result.detail}")
+
+
+def check_rrelu_gradient(op_name, inp, args, kwargs, grad_output, n=N_VALUES, alpha=ALPHA,
+                         max_calls=MAX_CALLS, context=contextlib.nullcontext):
+    """The gradient of a training rrelu sample (arguments on the target), drawn afresh each
+    call: the forward passes check_rrelu, and the gradient is grad_output where the input
+    is >= 0 and grad_output times that call's own slope (out / x) where it is < 0 (a hard
+    check, within rounding)."""
+    call, args, kwargs = RANDOM_OPS[op_name].call, tuple(args), dict(kwargs or {})
+    params = sample_params(op_name, inp, args, kwargs)
+    upper = float(params.get("upper", 1 / 3))
+    violations = [0]
+
+    def draw():
+        with context():
+            x = inp.detach().clone().requires_grad_(True)
+            out = call(x, args, kwargs)
+            (grad,) = torch.autograd.grad(out, x, grad_output)
+        xs, ys, gs, go = (t.detach().cpu().to(torch.float64).numpy() for t in (x, out, grad, grad_output))
+        dtype = grad.dtype
+        positive = xs >= 0
+        violations[0] += int(np.sum(positive & (np.abs(gs - go) > _slack(go, dtype))))
+        negative = (xs < 0) & (go != 0)
+        slope_out, slope_grad = ys[negative] / xs[negative], gs[negative] / go[negative]
+        allowed = 2 * (_slack(slope_out, dtype, upper) + _slack(slope_grad, dtype, upper))
+        violations[0] += int(np.sum(~(np.abs(slope_grad - slope_out) <= allowed)))
+        return out
+    result = check_rrelu({**params, "input": inp.detach().cpu()}, draw, n=n, alpha=alpha, max_calls=max_calls)
+    if result.status == SKIP or not violations[0]:
+        return result
+    return Result(MISMATCH, DISTRIBUTION, float(violations[0]), 0.0,
+                  f"gradient: {violations[0]} values not grad_output times the forward's own slope; "
+                  f"{result.detail}")
+
+
 def check_alpha_dropout(params, draw, n=N_VALUES, alpha=ALPHA, max_calls=MAX_CALLS,
                         op_name="nn.functional.alpha_dropout"):
     """Kept: a x + alpha a p; dropped: -alpha a (1 - p), a = ((alpha^2 p + 1)(1 - p))^-1/2 (Dropout.cpp)."""
@@ -633,6 +706,14 @@ def check_alpha_dropout(params, draw, n=N_VALUES, alpha=ALPHA, max_calls=MAX_CAL
     kept = a * xs + _ALPHA_DROPOUT * a * p
     dropped = np.full_like(kept, -_ALPHA_DROPOUT * a * (1 - p))
     return _mask_verdict(op_name, x, y, dtype, kept, dropped, p, alpha, y.shape[0])
+
+
+def check_gradient(op_name, inp, args, kwargs, grad_output, n=N_VALUES, alpha=ALPHA, max_calls=MAX_CALLS,
+                   context=contextlib.nullcontext):
+    """The distribution verdict on the gradient of a random sample of `op_name` (one of
+    GRADIENT_CHECKED), drawn on the target for `grad_output`, each draw within `context()`."""
+    check = check_rrelu_gradient if op_name == "nn.functional.rrelu" else check_dropout_gradient
+    return check(op_name, inp, args, kwargs, grad_output, n=n, alpha=alpha, max_calls=max_calls, context=context)
 
 
 def check_rrelu(params, draw, n=N_VALUES, alpha=ALPHA, max_calls=MAX_CALLS):
@@ -686,7 +767,7 @@ def _size_numel(size):
 
 
 def _factory_kwargs(kwargs):
-    return {k: v for k, v in kwargs.items() if k in ("dtype", "device", "layout", "generator")}
+    return {k: v for k, v in kwargs.items() if k in ("dtype", "device", "layout", "generator", "out")}
 
 
 @dataclass(frozen=True)
@@ -713,7 +794,10 @@ def _dropout(name, fn, check, training_default=True):
 
 
 def _inplace(method):
-    return lambda i, a, k: getattr(i.clone(), method)(*a, **k)
+    def call(i, a, k):
+        return getattr(i.clone(), method)(*a, **k)
+    call.method = method  # the in-place form itself, on a copy (make_draw's INPLACE calls it bare)
+    return call
 
 
 def _normal_params(inp, args, kwargs):
@@ -951,21 +1035,54 @@ def check_kind(op_name, sample_kwargs):
     return DISTRIBUTION if is_random_sample(op_name, sample_kwargs) else VALUES_CHECK
 
 
-def make_draw(op_name, inp, args=(), kwargs=None):
+def make_draw(op_name, inp, args=(), kwargs=None, form=None, context=contextlib.nullcontext):
     """A callable drawing once more from the op with these (target-placed) arguments.
 
     The OpInfo's own op fixes the seed on every call (wrapper_set_seed), which
-    would make every draw identical: this calls the op itself.
+    would make every draw identical: this calls the op itself. `form`: INPLACE
+    draws through the in-place form (a Tensor method such as cauchy_, or the
+    function with inplace=True) into a fresh copy of the input each time; OUT
+    through the out= form, into buffers that start as NaN (zeros for integers),
+    so a kernel that leaves them unwritten is seen. Each draw runs within `context()`
+    (the target's), the statistics outside it.
     """
     call, args, kwargs = RANDOM_OPS[op_name].call, tuple(args), dict(kwargs or {})
+    draw = _draw(call, inp, args, kwargs, form)
+
+    def within():
+        with context():
+            return draw()
+    return within
+
+
+def _draw(call, inp, args, kwargs, form):
+    if form == INPLACE:
+        method = getattr(call, "method", None)
+
+        def into_a_copy():  # what was written into the input, not what the call returned
+            x = inp.clone()
+            if method:
+                getattr(x, method)(*args, **kwargs)
+            else:
+                call(x, args, dict(kwargs, inplace=True))
+            return x
+        return into_a_copy
+    if form == OUT:
+        def into_buffers():
+            buffers = tree_map(unwritten_like, call(inp, args, kwargs))
+            call(inp, args, dict(kwargs, out=buffers))
+            return buffers
+        return into_buffers
     return lambda: call(inp, args, kwargs)
 
 
-def check_sample(op_name, inp, args=(), kwargs=None, n=N_VALUES, alpha=ALPHA, max_calls=MAX_CALLS):
-    """The distribution verdict for one sample of `op_name` (arguments already on the target).
+def check_sample(op_name, inp, args=(), kwargs=None, n=N_VALUES, alpha=ALPHA, max_calls=MAX_CALLS, form=None,
+                 context=contextlib.nullcontext):
+    """The distribution verdict for one sample of `op_name` (arguments already on the target),
+    drawn through the op's `form`, each draw within `context()` (make_draw).
 
     An exception from the target's draw propagates: raising is the caller's to classify.
     """
     params = sample_params(op_name, inp, args, kwargs)
-    return RANDOM_OPS[op_name].check(params, make_draw(op_name, inp, args, kwargs), n=n, alpha=alpha,
+    return RANDOM_OPS[op_name].check(params, make_draw(op_name, inp, args, kwargs, form, context), n=n, alpha=alpha,
                                      max_calls=max_calls)

@@ -7,7 +7,7 @@ from torch.utils._pytree import tree_flatten
 
 from mpsprobe.ops import samples as sample_tools
 from mpsprobe.vocabulary import FALLBACK, MISMATCH, REFUSED_AT_TRANSFER, SKIP
-from .verdict import METADATA, VALUES
+from .verdict import METADATA
 from . import classify, judge
 from .aten import recorded_once
 from .judge import REFERENCE_FAILED
@@ -154,7 +154,7 @@ def _first_tensor(args):
 
 
 def run_case(op, dtype, sample, target, nondeterministic=False, timing=True, unchecked=(),
-             op_key=None, aten_cache=None, modes=None):
+             op_key=None, aten_cache=None, modes=None, draw_form=None):
     """A result dict (the results-table fields) for `op` on one SampleInput.
 
     `op_key`: the OpInfo op's key, which says how to judge it: a random sample by
@@ -162,7 +162,8 @@ def run_case(op, dtype, sample, target, nondeterministic=False, timing=True, unc
     sample (judge.ambiguity), auxiliary outputs; `unchecked`: further output
     positions compared for shape only. `aten_cache`: a dict the worker keeps, so the
     aten ops of a sample signature are recorded once. `modes`: the target's
-    precision settings (precision.current_modes), if any are to be honoured.
+    precision settings (precision.current_modes), if any are to be honoured. `draw_form`:
+    the form (INPLACE, OUT) `op` is, through which a random sample's draws are made.
     """
     started = time.perf_counter()
     cpu_args = sample_tools.call_args(sample)
@@ -256,7 +257,7 @@ def run_case(op, dtype, sample, target, nondeterministic=False, timing=True, unc
                        device_type=None, unchecked=tuple(unchecked) + how.unchecked,
                        auxiliary=how.auxiliary, trivial_input=trivial_input, modes=allowance)
     verdict = judged_with(mode_allowance)
-    if values and not mode_allowance and not verdict.ok and verdict.reason_kind == VALUES:
+    if values and not mode_allowance and judge.order_may_decide(verdict):
         # Only now: the bound for another summation order costs two more calls on the CPU.
         order = judge.order_allowance(op, cpu_args, dtype, aten_ops, cpu_out)
         verdict = judged_with(order) if order else verdict
@@ -269,7 +270,7 @@ def run_case(op, dtype, sample, target, nondeterministic=False, timing=True, unc
     status, reason, kind = judge.status_of(verdict, how, fallen_back, shape_only, applicable,
                                            bool(mode_allowance))
     if random and verdict.ok and not fallen_back and judge.random_unchecked(op_key) is None:
-        status, reason, kind, drawn = judge.distribution(op_key, draw_args, target)
+        status, reason, kind, drawn = judge.distribution(op_key, draw_args, target, draw_form)
         judged += drawn.pop("notes", [])
         fields.update(drawn)
     if fell:

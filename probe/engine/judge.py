@@ -268,6 +268,12 @@ def _order_bounds(mode, aten_ops, outputs, magnitudes, counts):
     return allowed
 
 
+def order_may_decide(verdict):
+    """Whether the error of another summation order may settle `verdict`: values beyond
+    the policy, or within a CPU error beyond the cap (ill-conditioned in this dtype)."""
+    return verdict.undecided or (not verdict.ok and verdict.reason_kind == "values")
+
+
 def order_allowance(op, cpu_args, dtype, aten_ops, cpu_out):
     """{output position: (Applicable, per-element allowance)} for a matmul or a convolution
     (forward or backward, with views, sums and products around it), else {}.
@@ -350,14 +356,13 @@ def status_of(verdict, how, fallen_back, shape_only_op, applicable, bounded):
     return PASS, "matches the CPU within tolerance", None
 
 
-def distribution(op_key, draw_args, target):
+def distribution(op_key, draw_args, target, form=None):
     """(status, reason, reason kind, extra fields, notes among them): the random sample judged by its
-    distribution, drawn on the target."""
+    distribution, drawn on the target (through the in-place or out= `form`, if given)."""
     inp, rest, kwargs = draw_args
     try:
-        with target.context():
-            result = distributions.check_sample(op_key, inp, rest, kwargs, n=DRAW_VALUES,
-                                                max_calls=DRAW_CALLS)
+        result = distributions.check_sample(op_key, inp, rest, kwargs, n=DRAW_VALUES, max_calls=DRAW_CALLS,
+                                            form=form, context=target.context)
     except Exception as e:
         found = classify.classify_message(str(e), exc_type=type(e))
         return found.status, f"drawing again on the target: {classify.classify_error(e)[2]}", found.reason_kind, {

@@ -883,11 +883,12 @@ Reason kinds, with one real message each (as PyTorch words it on MPS):
   tiny synchronised op) before the next timed case, whose results say so in `notes`.
 - values, nonfinite, metadata (mismatch): the target ran natively, but "output: max abs error 0.52 (CPU's
   own: 0), 5.2e+02× the floors, allowed 1×", a NaN/Inf pattern, or a shape, dtype or device differs.
-- trivial_answer (mismatch): the output is no better than a guess: "output: equals zeros, which is wrong here
-  (3.1e+02× the floors, allowed 1×)" (zeros, the input unchanged, or NaN).
-- distribution (pass, mismatch): a random op judged by a statistical test: "uniform(0, 1): failed ks; 4096
-  values in 4 calls; false-alarm rate <= 1e-06; ...".
-- no_unique_answer (skip): a random op, or outputs with ties or free signs: shape, dtype and device checked.
+- no_unique_answer (skip): uninitialised memory (`empty*`), a sample too ill-conditioned in its dtype to
+  judge (the CPU's own error beyond the cap), or a gradient through free phases or ties: what is unique checked.
+- distribution (pass, mismatch): a random op's sample (normal, dropout with p > 0 in training, randperm, …),
+  judged on the target alone by many draws against the distribution it promises, false-alarm rate ≤ 1e-6 per
+  case (`probe/engine/distributions.py`), through the same form (in-place, out=) as the case.
+- trivial_answer (mismatch): the output equals zeros or the input unchanged, which is wrong here.
 - reduced_precision (pass, mismatch, skip): the kernel ran in a reduced-precision mode of the target (TF32,
   fast math), judged against that mode's error (README: Reduced precision and summation order).
 - summation_order (pass): within the error any order of summation may make (blocked, split, Winograd, FFT).

@@ -272,8 +272,14 @@ def base_name(aten_op):
     return name.split(".")[0]
 
 
-def family_of(aten_op):
+def _out_of_place(aten_op):
+    """The base name of `aten_op`'s out-of-place form: `addmm_` -> `addmm` (the same kernel family)."""
     base = base_name(aten_op)
+    return base[:-1] if base.endswith("_") and not base.endswith("__") else base
+
+
+def family_of(aten_op):
+    base = _out_of_place(aten_op)
     return next((family for family, names in FAMILIES.items() if base in names), None)
 
 
@@ -286,7 +292,7 @@ def reduction_length(aten_op, shapes, groups=1, transposed=False):
     C_out/groups, *k), K <= C_in/groups x prod(k)); attention: the longer of
     the head dim and the key length. None when it cannot be told.
     """
-    base = base_name(aten_op)
+    base = _out_of_place(aten_op)
     shapes = [tuple(s) for s in shapes]
     try:
         if base in ("mm", "bmm", "matmul", "linear", "einsum", "tensordot", "mkldnn_linear", "_scaled_mm"):
