@@ -118,6 +118,9 @@ _REASON_KINDS = (
     ReasonKind("forward_failed", (SKIP,), "the forward already fails",
                "A backward, in-place or out= case whose forward fails or differs on the target "
                "(recorded in the forward case): this pass cannot be judged on its own."),
+    ReasonKind("probe_fault", (SKIP,), "mpsprobe could not judge it",
+               "The probe's own code failed on this case (its exception kept): no verdict either way, "
+               "never counted as the target's bug."),
     ReasonKind("no_gradient", (SKIP,), "nothing to differentiate",
                "A backward case whose sample has no input that requires grad or no "
                "differentiable output."),
@@ -125,6 +128,7 @@ _REASON_KINDS = (
 
 REASON_KIND = {r.name: r for r in _REASON_KINDS}
 REASON_KINDS = tuple(r.name for r in _REASON_KINDS)
+PROBE_FAULT = REASON_KIND["probe_fault"].name
 
 # Which pass of an op a case exercises.
 PASSES = ("forward", "backward", "inplace", "out")

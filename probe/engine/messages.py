@@ -896,4 +896,6 @@ Reason kinds, with one real message each (as PyTorch words it on MPS):
 - forward_failed (skip): a backward, in-place or out= case whose forward already fails or differs on the
   target: "the forward's outputs differ on the target" (the forward case says why).
 - no_gradient (skip): a backward case with nothing to differentiate: "no input of this sample requires grad".
+- probe_fault (skip): mpsprobe's own code failed on the case, its exception kept: "mpsprobe could not judge
+  this case: IndexError: ..."; no verdict either way, never counted as the target's bug.
 """

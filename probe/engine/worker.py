@@ -137,7 +137,7 @@ class Worker:
     def _pass(self, op, dtype, pass_, key, done, after_hang):
         """The cases of one pass; returns how many it holds."""
         from mpsprobe.ops import opinfo, samples as sample_tools
-        from mpsprobe.vocabulary import BACKWARD, ERROR, FORWARD, OUT, PASS_COLUMN, SKIP
+        from mpsprobe.vocabulary import BACKWARD, FORWARD, OUT, PASS_COLUMN, PROBE_FAULT, SKIP
         from .backward import run_backward_case
         from .classify import first_line
         from .execute import run_case
@@ -170,9 +170,11 @@ class Worker:
                         result = run_backward_case(op.op, dtype, sample, self.target, key, **options)
                     else:
                         result = run_variant_case(fn, pass_, dtype, sample, self.target, key, **options)
-            except Exception as e:  # a fault of the probe's, reported as such
-                result = {"status": ERROR, "check_kind": "none",
-                          "reason": "mpsprobe could not judge this case",
+            except Exception as e:
+                # The probe's own fault: the target's failures are caught and classified inside the
+                # case (its calls synchronise), so this is no evidence against the target either way.
+                result = {"status": SKIP, "check_kind": "none", "reason_kind": PROBE_FAULT,
+                          "reason": f"mpsprobe could not judge this case: {type(e).__name__}: {first_line(e)}",
                           "error_type": type(e).__name__, "message": str(e)[:500]}
             result[PASS_COLUMN] = pass_
             self._hold({"type": "result", "index": index, **flagged(result, after_hang)})
