@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -25,6 +26,8 @@ def _case(rows, db, op, index):
 
 @pytest.mark.parametrize("op, status_text, exception", [
     ("abs", "exited with status 4", "SystemExit"),
+    ("exp", "exited with status 1", "KeyboardInterrupt"),
+    ("tan", "exited with status 1", "Escape"),    # a BaseException of the op's own
     ("sin", "exited with status 1", "OSError"),   # its reply channel closed under it
 ])
 def test_an_exit_is_recorded_as_an_exit_not_a_kill(faulty_sweep, rows, op, status_text, exception):
@@ -82,6 +85,59 @@ def test_nothing_an_op_starts_outlives_its_case(faulty_sweep):
     pids = [int(p) for p in (faulty_sweep["once"] / "spawned").read_text().split()]
     assert len(pids) == 2
     assert not [p for p in pids if _alive(p)]
+
+
+# A worker's case: it starts a program and forks a child, then waits between cases.
+CASE_THEN_WAIT = """
+import os, subprocess, sys, time
+from mpsprobe.engine.groups import CaseGroups
+groups = CaseGroups()
+with groups.case():
+    sleeper = subprocess.Popen(["sleep", "300"])
+    child = os.fork()
+    if child == 0:
+        time.sleep(300)
+        os._exit(0)
+print(sleeper.pid, child, flush=True)
+sys.stdin.readline()
+"""
+
+
+def test_what_a_case_starts_is_killed_when_the_case_ends_not_when_the_worker_does():
+    worker = subprocess.Popen([sys.executable, "-c", CASE_THEN_WAIT], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True, process_group=0)
+    try:
+        pids = [int(p) for p in worker.stdout.readline().split()]
+        assert len(pids) == 2
+        deadline = time.monotonic() + 10
+        while [p for p in pids if _alive(p)] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not [p for p in pids if _alive(p)]
+        assert worker.poll() is None            # the worker itself lives on
+    finally:
+        try:
+            os.killpg(worker.pid, signal.SIGKILL)   # whatever a failure left in its group
+        except ProcessLookupError:
+            pass
+        worker.kill()
+        worker.communicate()
+
+
+def test_a_program_an_op_starts_does_not_inherit_the_reply_channel(faulty_sweep):
+    """floor starts `sleep 300` with close_fds=False: it holds the worker's stdin and
+    stderr, never its reply pipe (which would keep the parent from seeing EOF)."""
+    fds = json.loads((faulty_sweep["once"] / "spawned_fds").read_text())
+    assert fds["reply_pipes"] and fds["sleeper"]
+    assert not set(fds["reply_pipes"]) & set(fds["sleeper"]), fds
+
+
+def test_an_op_that_closes_the_workers_stdin_costs_nothing_and_says_so(faulty_sweep, rows):
+    """neg closes fd 0 mid-case: the case is judged, the worker dies at its next read,
+    and the sweep goes on without losing a case, saying why a worker was replaced."""
+    assert _case(rows, faulty_sweep["db"], "neg", 0)["status"] == PASS
+    said = [line for line in faulty_sweep["result"].output.splitlines()
+            if "no case lost" in line and "OSError" in line]
+    assert said and "exited with status 1" in said[0], faulty_sweep["result"].output[-3000:]
 
 
 def test_a_worker_gone_before_its_next_request_costs_nothing_and_says_so(tmp_path, rows):

@@ -383,6 +383,10 @@ class Pool:
             pair["attempts"] += 1
             if pair["attempts"] < 2:
                 queue.appendleft(pair)
+                why = (f"no reply within {self.timeout:g} s; killed" if timed_out
+                       else text + (f": {tail}" if tail else ""))
+                self.say(f"a worker was lost between cases of {pair['op']} {pair['dtype']} "
+                         f"({why}); the pair runs again, no case lost")
                 return
             index, sample, pass_ = _next_index(pair), "(between cases)", FORWARD
         if timed_out:
