@@ -80,6 +80,11 @@ def _commands(path, other):
         "merge source": ["merge", path, "-o", other],
         "merge target": ["merge", other, "-o", path],
         "check": ["check", MODEL, "--db", path],
+        "ops": ["ops", "abs", "--db", path],
+        "declared": ["declared", "--db", path],
+        "bench": ["bench", "--ops", "add", "--max-size", "1e2", "--device", "cpu", "--reps", "1",
+                  "--db", path],
+        "publish": ["publish", path, "package", "--dry-run"],
     }
 
 
@@ -142,6 +147,11 @@ def test_paths_with_uri_characters_work_everywhere(tmp_path, name, run_cli, smal
         db = [d for n, d in ds.databases.items() if not n.startswith("_")][0]
         return (await db.execute("SELECT count(*) FROM results")).first()[0]
     assert asyncio.run(page()) == 40
+    for args in (["ops", "abs", "--db", path], ["check", MODEL, "--db", path], RUN + ["--db", path]):
+        result = run_cli(*args)
+        assert result.exit_code in (0, 1) and "Error" not in result.output, (args, result.output)
+    # findings reads the run (and wants declarations this store has none of)
+    assert "is on 'cpu'" in run_cli("findings", "--db", path).output
     assert listing(tmp_path) == sorted([name, "all.db"])
 
 
@@ -228,6 +238,7 @@ def test_a_full_disk_on_creation_leaves_no_stub(tmp_path, run_cli, small_store, 
     _page_limit(monkeypatch, 1)
     result = run_cli("merge", source, "-o", tmp_path / "new.db")
     one_line_error(result, "disk is full")
+    one_line_error(run_cli(*RUN, "--db", tmp_path / "new.db"), "disk is full")
     with pytest.raises(schema.DatabaseError, match="disk is full"):
         schema.open_db(tmp_path / "new2.db")
     assert listing(tmp_path) == ["src.db"]
