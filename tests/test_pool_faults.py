@@ -12,10 +12,13 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
 from mpsprobe.vocabulary import CRASH, PASS
+
+FAULTY_BACKEND = Path(__file__).parent / "faulty_backend.py"
 
 
 def _case(rows, db, op, index):
@@ -155,3 +158,35 @@ def test_a_worker_gone_before_its_next_request_costs_nothing_and_says_so(tmp_pat
                  lambda pair, n: pairs.append(n))
     assert cases == [(0, PASS)] and pairs == [1]
     assert said and "SIGKILL" in said[0] and "no case lost" in said[0]
+
+
+def test_a_parent_held_up_past_the_timeout_does_not_time_out_a_worker_that_replied(tmp_path):
+    """exp's first case waits for a file; once its "begin" is read, the parent is held
+    up (as by another process's database lock) past the case timeout, and the file
+    is made at once: the worker replies in time, and its reply is read, not its case
+    timed out."""
+    from mpsprobe.engine.pool import Pool, select_one
+    env = dict(os.environ, FAULTY=json.dumps({"aten::exp": "wait", "once_dir": str(tmp_path)}))
+    pool = Pool({"device": "cpu", "backend": str(FAULTY_BACKEND), "samples": 2, "timing": False,
+                 "passes": ["forward"], "catalogue": True}, size=2, timeout=4.0, env=env)
+    pairs = [{"op": op, "dtype": "float32"} for op in
+             ("exp", "add", "mul", "sub", "maximum", "minimum", "atan2", "fmod", "hypot")]
+    statuses, stalls = [], []
+
+    def on_case(pair, index, sample, result):
+        statuses.append(result["status"])
+        waiting = [w for w in pool.workers if w.task and w.task["op"] == "exp" and w.index is not None]
+        if not stalls and waiting:
+            stalls.append(pair["op"])
+            (tmp_path / "go").touch()
+            time.sleep(3 * pool.timeout)
+    with pool:
+        pool.start()
+        for worker in pool.workers:   # both ready (torch and the catalogue loaded) before any pair
+            worker.send({"cmd": "describe"})
+            replies = []
+            while not replies and select_one(worker.proc.stdout, 180):
+                replies = list(worker.messages(os.read(worker.proc.stdout.fileno(), 1 << 16)))
+        pool.run(pairs, on_case, lambda pair, n: None)
+    assert stalls, "exp's case was never seen waiting"
+    assert statuses and set(statuses) == {PASS}, statuses

@@ -276,11 +276,30 @@ class Pool:
                     self._handle(worker, message, on_case, on_pair, queue)
             now = time.monotonic()
             for worker in [w for w in self.workers if w.task and w.deadline < now]:
-                self._lost(worker, queue, on_case, on_pair, timed_out=True)
+                if self._catch_up(worker, on_case, on_pair, queue):
+                    self._lost(worker, queue, on_case, on_pair, timed_out=True)
             for worker in [w for w in self.workers if not w.alive()]:
                 # Gone without closing its pipe (a child an op forked holds it open).
                 self._drain(worker, on_case, on_pair)
                 self._lost(worker, queue, on_case, on_pair, timed_out=False)
+
+    def _catch_up(self, worker, on_case, on_pair, queue):
+        """Read what an overdue worker has already written: the parent itself may have
+        been held up (waiting for another process's database lock, say) while the
+        worker replied in time. True if it is still overdue: silent past its deadline."""
+        while worker.task and worker.deadline < time.monotonic():
+            if not select_one(worker.proc.stdout, 0):
+                return True
+            try:
+                data = os.read(worker.proc.stdout.fileno(), 1 << 16)
+            except OSError:
+                data = b""
+            if data == b"":   # it died meanwhile: a crash, not a hang
+                self._lost(worker, queue, on_case, on_pair, timed_out=False)
+                return False
+            for message in worker.messages(data):
+                self._handle(worker, message, on_case, on_pair, queue)
+        return False
 
     def _drain(self, worker, on_case, on_pair):
         """Handle what a dead worker wrote before it died."""
