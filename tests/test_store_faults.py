@@ -219,6 +219,38 @@ def test_a_held_lock_is_waited_out_with_a_message(tmp_path, small_store, monkeyp
     schema.close(db)
 
 
+def test_a_sweep_waits_out_a_lock_held_past_sqlites_busy_timeout(tmp_path, rows):
+    """exp's case waits for a file; meanwhile another process takes the write lock and
+    holds it past LOCK_POLL_S, so the sweep's commit of exp's pair meets a locked database."""
+    import json
+    db, hold = tmp_path / "held.db", tmp_path / "hold"
+    hold.mkdir()
+    env = dict(os.environ, FAULTY=json.dumps({"aten::exp": "wait", "once_dir": str(hold)}))
+    sweep = subprocess.Popen(
+        [sys.executable, "-m", "mpsprobe", "run", "--db", str(db), "--backend",
+         str(Path(__file__).parent / "faulty_backend.py"), "--ops", "abs,exp,neg", "--dtypes",
+         "float32", "--samples", "1", "--no-timing", "--workers", "1", "--passes", "forward"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        deadline = time.monotonic() + 180
+        while not (hold / "aten__exp").exists() and sweep.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert (hold / "aten__exp").exists(), "the sweep never reached exp"
+        started = threading.Event()
+        holder = threading.Thread(target=_hold_lock, args=(str(db), schema.LOCK_POLL_S + 3, started))
+        holder.start()
+        started.wait()
+        (hold / "go").touch()
+        holder.join()
+    finally:
+        (hold / "go").touch()
+        out, err = sweep.communicate(timeout=300)
+    assert sweep.returncode == 0 and "Traceback" not in err, err[-2000:]
+    assert "is locked by another process; waiting" in err, err[-2000:]
+    assert [r["status"] for r in rows(db, "SELECT status FROM results")] == ["pass"] * 3
+    assert [r["state"] for r in rows(db, "SELECT state FROM runs")] == ["complete"]
+
+
 # ------------------------------------------------------------ a full disk
 
 def _page_limit(monkeypatch, extra):
