@@ -122,3 +122,16 @@ def test_workers_start_before_describe_only_when_their_number_is_settled(tmp_pat
                                backend=backend))
     assert sweep._size_is_known() is known
     sweep.pool.close()
+
+
+def test_a_sweeps_parent_imports_neither_torch_nor_the_catalogue(tmp_path):
+    """The workers describe the device and plan; the parent only hands out and records."""
+    import subprocess
+    import sys
+    code = ("import sys, mpsprobe\n"
+            f"run = mpsprobe.probe(ops=['abs'], dtypes=['float32'], device='cpu', samples=1, "
+            f"timing=False, passes=['forward'], workers=1, db={str(tmp_path / 'x.db')!r})\n"
+            "print(run.state, 'torch' in sys.modules, "
+            "any(m.startswith('torch.testing') for m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.stdout.split() == ["complete", "False", "False"], done.stderr[-2000:]
