@@ -28,7 +28,8 @@ check that each such case costs that case alone:
                once_dir/spawned and the sleeper's open files beside the
                worker's pipes to once_dir/spawned_fds, then runs normally;
 - "fork_segfault": forks a child that sleeps (holding every inherited fd,
-               the reply pipe included), then segfaults.
+               the reply pipe included), writing its pid to once_dir/forked,
+               then segfaults.
 
 FAULTY (JSON) maps aten op names to a fault, e.g. {"aten::sin": "segfault"};
 with "once_dir": PATH each fault fires on the first case that reaches it
@@ -159,7 +160,8 @@ def _fire(fault, once_dir):
                        "sleeper": [os.readlink(f"/proc/{sleeper.pid}/fd/{fd}")
                                    for fd in os.listdir(f"/proc/{sleeper.pid}/fd")]}, f)
     elif fault == "fork_segfault":
-        _sleeping_child()
+        with open(os.path.join(once_dir, "forked"), "w") as f:
+            f.write(str(_sleeping_child()))
         ctypes.string_at(0)
     else:
         raise ValueError(f"unknown fault {fault!r}")
