@@ -14,7 +14,9 @@ status 1", reason kind `exit`) or a signal. Each worker runs its cases in its
 own process group (see worker.case_group), killed with it, so nothing an op
 starts outlives its case. Each reply line carries a per-worker token sent
 over the worker's stdin; a line without it (an op writing into the reply
-pipe) is dropped, so an op cannot forge a verdict.
+pipe) is dropped, so an op cannot forge a verdict. A case is a `timeout` only
+when its worker's pipe holds nothing past the deadline: the parent may itself
+have been held up (by another process's database lock) while the worker replied.
 """
 import collections
 import json
