@@ -193,3 +193,26 @@ def test_a_parent_held_up_past_the_timeout_does_not_time_out_a_worker_that_repli
         pool.run(pairs, on_case, lambda pair, n: None)
     assert stalls, "exp's case was never seen waiting"
     assert statuses and set(statuses) == {PASS}, statuses
+
+
+def test_a_hung_case_is_timed_out_even_when_its_next_pair_is_larger_than_a_pipe(tmp_path):
+    """exp's case hangs. The next pair's request is larger than a pipe holds (a model's
+    calls with their index tensors, a long list of cases done): the parent must not
+    block writing it to the hung worker, or nothing would ever time the case out."""
+    from mpsprobe.engine.pool import Pool
+    from mpsprobe.vocabulary import TIMEOUT
+    env = dict(os.environ, FAULTY=json.dumps({"aten::exp": "wait", "once_dir": str(tmp_path)}))
+    pool = Pool({"device": "cpu", "backend": str(FAULTY_BACKEND), "samples": 1, "timing": False,
+                 "passes": ["forward"]}, size=1, timeout=3.0, env=env)
+    unrelated_keys = [f"{i}|no such pass" for i in range(20000)]   # ~400 KB of request
+    pairs = [{"op": "exp", "dtype": "float32"}, {"op": "abs", "dtype": "float32", "done": unrelated_keys}]
+    cases = {}
+    started = time.monotonic()
+    try:
+        with pool:
+            pool.run(pairs, lambda pair, index, sample, result: cases.update({pair["op"]: result["status"]}),
+                     lambda pair, n: None)
+    finally:
+        (tmp_path / "go").touch()
+    assert cases == {"exp": TIMEOUT, "abs": PASS}
+    assert time.monotonic() - started < 100   # the hang held 120 s unless timed out

@@ -6,12 +6,15 @@ is recorded as `crash` or `timeout`, the worker is replaced, and the rest of
 the pair is handed out again. No case can cost more than itself. A busy worker
 is also sent its next pair ahead, so it never waits for the parent between
 pairs; a pair sent ahead and not begun goes back to the queue if the worker dies.
+Requests are written without blocking: a request larger than a pipe holds (a
+model's calls) waits in the parent for a worker busy in a case, so a case that
+hangs is still timed out.
 
 A worker's death is noticed by its exit (polled), not only by the end of its
 reply pipe (a child an op forked may hold that open), and is recorded as the
 OS reports it once the process has really gone: an exit status ("exited with
 status 1", reason kind `exit`) or a signal. Each worker runs its cases in its
-own process group (see worker.case_group), killed with it, so nothing an op
+own process group (groups.py), killed with it, so nothing an op
 starts outlives its case. Each reply line carries a per-worker token sent
 over the worker's stdin; a line without it (an op writing into the reply
 pipe) is dropped, so an op cannot forge a verdict. A case is a `timeout` only
@@ -57,6 +60,10 @@ class _Worker:
         # Its own process group: the group, and whatever an op started in it, dies with it.
         self.proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=self.log, env=env, process_group=0)
+        # Requests are written without blocking (see send): a worker busy in a case
+        # that hangs must never hold the parent, or nothing would time the case out.
+        os.set_blocking(self.proc.stdin.fileno(), False)
+        self.outbox = bytearray()
         self.token = secrets.token_hex(16)
         self.buffer = b""
         self.task = None       # the pair being run
@@ -74,8 +81,20 @@ class _Worker:
         self.hangs_seen = 0    # the pool's hang count when this worker last checked the device
 
     def send(self, message):
-        self.proc.stdin.write((json.dumps(message) + "\n").encode())
-        self.proc.stdin.flush()
+        """Queue one request line and write what the pipe takes now; the pool's loop
+        writes the rest (push) as the worker reads. Raises OSError if the worker is gone."""
+        self.outbox += (json.dumps(message) + "\n").encode()
+        self.push()
+
+    def push(self):
+        """Write what the pipe takes of the queued requests; True once none is left."""
+        while self.outbox:
+            try:
+                written = os.write(self.proc.stdin.fileno(), self.outbox)
+            except BlockingIOError:   # the pipe is full: the worker is busy
+                return False
+            del self.outbox[:written]
+        return True
 
     def messages(self, data):
         """The authentic messages in `data` (with this worker's token; anything else dropped)."""
@@ -227,11 +246,13 @@ class Pool:
     # -- one synchronous request (describe, plan) ---------------------------
     def request(self, message, budget=STARTUP_BUDGET_S):
         worker = self.workers[0] if self.workers else self._spawn()
+        deadline = time.monotonic() + budget
         try:
             worker.send(message)
+            while not worker.push() and time.monotonic() < deadline:
+                select_one(worker.proc.stdin, 0.1, selectors.EVENT_WRITE)
         except OSError:
             pass  # it is gone: its end of the pipe tells how, below
-        deadline = time.monotonic() + budget
         while time.monotonic() < deadline:
             data = self._read(worker, deadline - time.monotonic())
             if data is None:
@@ -265,7 +286,13 @@ class Pool:
                 self._assign(idle, queue.popleft(), queue)
             for worker in self.workers:
                 self._send_ahead(worker, queue)
-            for key, _ in self.selector.select(timeout=0.2):
+            for worker in [w for w in self.workers if w.outbox]:
+                try:
+                    worker.push()
+                except OSError:   # gone: its death is noticed by its pipe or its exit
+                    worker.outbox.clear()
+            waiting = 0.01 if any(w.outbox for w in self.workers) else 0.2
+            for key, _ in self.selector.select(timeout=waiting):
                 worker = key.data
                 try:
                     data = os.read(worker.proc.stdout.fileno(), 1 << 16)
@@ -429,7 +456,7 @@ class Pool:
             queue.appendleft(pair)
 
 
-def select_one(stream, timeout):
+def select_one(stream, timeout, events=selectors.EVENT_READ):
     with selectors.DefaultSelector() as sel:
-        sel.register(stream, selectors.EVENT_READ)
+        sel.register(stream, events)
         return bool(sel.select(timeout))
