@@ -5,7 +5,7 @@ the OpInfo catalogue, make the same seeded samples, copy each to the target,
 call the op on the CPU and on the target, synchronise. That is the least any
 CPU-vs-device consistency check must do. The probe does the same cases in
 isolated workers, plus its float64 "truth" call, comparison, aten capture and
-one SQLite commit per result. Both are run without timing repetitions.
+one SQLite commit per pair. Both are run without timing repetitions.
 
     python benchmarks/harness_overhead.py --device cpu --samples 1 --shard 1/10
     python benchmarks/harness_overhead.py --device cuda --samples 3 --workers 1,16

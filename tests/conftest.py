@@ -109,8 +109,9 @@ FAULTY_FAULTS = {
     "aten::mul.Tensor": "segfault", "aten::sub.Tensor": "oom", "aten::add.Tensor": "exit",
     "aten::div.Tensor": "oom_raise", "aten::maximum": "garbage",
     "aten::abs": "sysexit", "aten::sin": "close_reply", "aten::cos": "forge",
-    "aten::floor": "spawn", "aten::ceil": "fork_segfault"}
-FAULTY_OPS = "mul,sub,add,div.no_rounding_mode,maximum,minimum,abs,sin,cos,floor,ceil"
+    "aten::floor": "spawn", "aten::ceil": "fork_segfault", "aten::exp": "keyboard",
+    "aten::tan": "base", "aten::neg": "close_stdin"}
+FAULTY_OPS = "mul,sub,add,div.no_rounding_mode,maximum,minimum,abs,sin,cos,floor,ceil,exp,tan,neg"
 
 
 @pytest.fixture(scope="session")

@@ -23,10 +23,13 @@ check that each such case costs that case alone:
 - "close_stdin": closes fd 0 (the worker's requests), then runs normally;
 - "forge":     writes result lines claiming a pass into every such pipe,
                then fails (so a forged verdict would show as a pass);
-- "spawn":     starts `sleep 300` and forks a child that sleeps, writing
-               their pids to once_dir/spawned, then runs normally;
+- "spawn":     starts `sleep 300` (letting it inherit every inheritable fd)
+               and forks a child that sleeps, writing their pids to
+               once_dir/spawned and the sleeper's open files beside the
+               worker's pipes to once_dir/spawned_fds, then runs normally;
 - "fork_segfault": forks a child that sleeps (holding every inherited fd,
-               the reply pipe included), then segfaults.
+               the reply pipe included), writing its pid to once_dir/forked,
+               then segfaults.
 
 FAULTY (JSON) maps aten op names to a fault, e.g. {"aten::sin": "segfault"};
 with "once_dir": PATH each fault fires on the first case that reaches it
@@ -148,11 +151,17 @@ def _fire(fault, once_dir):
             os.write(fd, FORGED)
         raise RuntimeError("the op failed after forging a pass")
     elif fault == "spawn":
-        sleeper = subprocess.Popen(["sleep", "300"])
+        # close_fds=False: the sleeper gets every fd the worker lets children inherit.
+        sleeper = subprocess.Popen(["sleep", "300"], close_fds=False)
         with open(os.path.join(once_dir, "spawned"), "w") as f:
             f.write(f"{sleeper.pid} {_sleeping_child()}")
+        with open(os.path.join(once_dir, "spawned_fds"), "w") as f:
+            json.dump({"reply_pipes": [os.readlink(f"/proc/self/fd/{fd}") for fd in _reply_pipes()],
+                       "sleeper": [os.readlink(f"/proc/{sleeper.pid}/fd/{fd}")
+                                   for fd in os.listdir(f"/proc/{sleeper.pid}/fd")]}, f)
     elif fault == "fork_segfault":
-        _sleeping_child()
+        with open(os.path.join(once_dir, "forked"), "w") as f:
+            f.write(str(_sleeping_child()))
         ctypes.string_at(0)
     else:
         raise ValueError(f"unknown fault {fault!r}")

@@ -134,3 +134,44 @@ def test_database_in_a_read_only_directory_is_refused_untouched(tmp_path):
         assert sorted(p.name for p in folder.iterdir()) == ["kept.db"]
     finally:
         folder.chmod(0o755)
+
+
+SERVE_ONE_PAGE = """
+import asyncio, sys
+from mpsprobe.site import check_database, make_datasette
+check_database(sys.argv[1])
+ds = make_datasette(sys.argv[1])
+async def page():
+    await ds.invoke_startup()
+    return (await ds.client.get("/-/matrix")).status_code
+print(asyncio.run(page()))
+"""
+
+
+def test_a_finished_run_is_read_by_every_command_from_a_read_only_directory(tmp_path, run_cli):
+    """What a sweep leaves is one file that read-only media can serve, merge, check and migrate."""
+    folder = tmp_path / "shelf"
+    folder.mkdir()
+    path = folder / "done.db"
+    assert run_cli(*RUN, "--passes", "forward", "--workers", "1", "--db", path).exit_code == 0
+    assert sorted(p.name for p in folder.iterdir()) == ["done.db"]
+    model = os.path.join(os.path.dirname(__file__), "models", "convnet.py")
+    folder.chmod(0o555)
+    try:
+        before = digest(path)
+        for args in (["migrate", path], ["merge", path, "-o", tmp_path / "all.db"],
+                     ["check", model, "--db", path], ["ops", "add", "--db", path],
+                     ["findings", "--db", path, "--against", "cuda"]):
+            done = mpsprobe_unprivileged(*args, cwd=tmp_path)
+            assert "readonly" not in done.stderr and "Traceback" not in done.stderr, (args, done.stderr)
+            if args[0] == "findings":   # it reads the run, then wants declarations
+                assert done.returncode == 2 and "declarations" in done.stderr, done.stderr
+            else:
+                assert done.returncode in (0, 1), (args, done.stderr)
+        served = subprocess.run([sys.executable, "-c", SERVE_ONE_PAGE, str(path)], cwd=tmp_path,
+                                capture_output=True, text=True, timeout=120,
+                                preexec_fn=_drop_root_override if os.geteuid() == 0 else None)
+        assert served.stdout.split()[-1:] == ["200"], served.stderr[-2000:]
+        assert digest(path) == before and sorted(p.name for p in folder.iterdir()) == ["done.db"]
+    finally:
+        folder.chmod(0o755)

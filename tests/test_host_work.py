@@ -122,3 +122,39 @@ def test_workers_start_before_describe_only_when_their_number_is_settled(tmp_pat
                                backend=backend))
     assert sweep._size_is_known() is known
     sweep.pool.close()
+
+
+def test_a_sweeps_parent_imports_neither_torch_nor_the_catalogue(tmp_path):
+    """The workers describe the device and plan; the parent only hands out and records."""
+    import subprocess
+    import sys
+    code = ("import sys, mpsprobe\n"
+            f"run = mpsprobe.probe(ops=['abs'], dtypes=['float32'], device='cpu', samples=1, "
+            f"timing=False, passes=['forward'], workers=1, db={str(tmp_path / 'x.db')!r})\n"
+            "print(run.state, 'torch' in sys.modules, "
+            "any(m.startswith('torch.testing') for m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.stdout.split() == ["complete", "False", "False"], done.stderr[-2000:]
+
+
+def test_aten_ops_recorded_once_per_sample_signature_are_those_of_every_call():
+    """The worker records what a case dispatches once per (op, dtype, sample summary);
+    each sample recorded on its own call must give the same ops, variants and dtypes."""
+    from mpsprobe.engine.devices import Target
+    from mpsprobe.engine.execute import run_case
+    ops = opinfo.load_op_db()
+    fields = ("aten_ops", "aten_variants", "aten_dtypes")
+    shared = 0
+    # Ops whose samples share a summary (values, or arguments the summary shortens, differ).
+    for key in ("nn.functional.leaky_relu", "nn.functional.gelu", "nn.functional.scaled_dot_product_attention",
+                "linalg.svd", "nn.functional.nll_loss", "_unsafe_masked_index", "nonzero", "prod", "put",
+                "scatter_reduce.amax", "logcumsumexp", "nn.functional.group_norm", "allclose"):
+        op = opinfo.find(ops, key)
+        cache = {}
+        for sample in opinfo.samples(op, torch.float32, 6):
+            cached = run_case(op.op, torch.float32, sample, Target("cpu"), timing=False,
+                              op_key=key, aten_cache=cache)
+            alone = run_case(op.op, torch.float32, sample, Target("cpu"), timing=False, op_key=key)
+            assert {f: cached[f] for f in fields} == {f: alone[f] for f in fields}, (key, sample)
+        shared += sum(1 for s in opinfo.samples(op, torch.float32, 6)) - len(cache)
+    assert shared > 0   # some samples did share a signature (the cache was used)

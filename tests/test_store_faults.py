@@ -80,6 +80,11 @@ def _commands(path, other):
         "merge source": ["merge", path, "-o", other],
         "merge target": ["merge", other, "-o", path],
         "check": ["check", MODEL, "--db", path],
+        "ops": ["ops", "abs", "--db", path],
+        "declared": ["declared", "--db", path],
+        "bench": ["bench", "--ops", "add", "--max-size", "1e2", "--device", "cpu", "--reps", "1",
+                  "--db", path],
+        "publish": ["publish", path, "package", "--dry-run"],
     }
 
 
@@ -142,6 +147,11 @@ def test_paths_with_uri_characters_work_everywhere(tmp_path, name, run_cli, smal
         db = [d for n, d in ds.databases.items() if not n.startswith("_")][0]
         return (await db.execute("SELECT count(*) FROM results")).first()[0]
     assert asyncio.run(page()) == 40
+    for args in (["ops", "abs", "--db", path], ["check", MODEL, "--db", path], RUN + ["--db", path]):
+        result = run_cli(*args)
+        assert result.exit_code in (0, 1) and "Error" not in result.output, (args, result.output)
+    # findings reads the run (and wants declarations this store has none of)
+    assert "is on 'cpu'" in run_cli("findings", "--db", path).output
     assert listing(tmp_path) == sorted([name, "all.db"])
 
 
@@ -209,6 +219,38 @@ def test_a_held_lock_is_waited_out_with_a_message(tmp_path, small_store, monkeyp
     schema.close(db)
 
 
+def test_a_sweep_waits_out_a_lock_held_past_sqlites_busy_timeout(tmp_path, rows):
+    """exp's case waits for a file; meanwhile another process takes the write lock and
+    holds it past LOCK_POLL_S, so the sweep's commit of exp's pair meets a locked database."""
+    import json
+    db, hold = tmp_path / "held.db", tmp_path / "hold"
+    hold.mkdir()
+    env = dict(os.environ, FAULTY=json.dumps({"aten::exp": "wait", "once_dir": str(hold)}))
+    sweep = subprocess.Popen(
+        [sys.executable, "-m", "mpsprobe", "run", "--db", str(db), "--backend",
+         str(Path(__file__).parent / "faulty_backend.py"), "--ops", "abs,exp,neg", "--dtypes",
+         "float32", "--samples", "1", "--no-timing", "--workers", "1", "--passes", "forward"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        deadline = time.monotonic() + 180
+        while not (hold / "aten__exp").exists() and sweep.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert (hold / "aten__exp").exists(), "the sweep never reached exp"
+        started = threading.Event()
+        holder = threading.Thread(target=_hold_lock, args=(str(db), schema.LOCK_POLL_S + 3, started))
+        holder.start()
+        started.wait()
+        (hold / "go").touch()
+        holder.join()
+    finally:
+        (hold / "go").touch()
+        out, err = sweep.communicate(timeout=300)
+    assert sweep.returncode == 0 and "Traceback" not in err, err[-2000:]
+    assert "is locked by another process; waiting" in err, err[-2000:]
+    assert [r["status"] for r in rows(db, "SELECT status FROM results")] == ["pass"] * 3
+    assert [r["state"] for r in rows(db, "SELECT state FROM runs")] == ["complete"]
+
+
 # ------------------------------------------------------------ a full disk
 
 def _page_limit(monkeypatch, extra):
@@ -228,6 +270,7 @@ def test_a_full_disk_on_creation_leaves_no_stub(tmp_path, run_cli, small_store, 
     _page_limit(monkeypatch, 1)
     result = run_cli("merge", source, "-o", tmp_path / "new.db")
     one_line_error(result, "disk is full")
+    one_line_error(run_cli(*RUN, "--db", tmp_path / "new.db"), "disk is full")
     with pytest.raises(schema.DatabaseError, match="disk is full"):
         schema.open_db(tmp_path / "new2.db")
     assert listing(tmp_path) == ["src.db"]

@@ -6,15 +6,20 @@ is recorded as `crash` or `timeout`, the worker is replaced, and the rest of
 the pair is handed out again. No case can cost more than itself. A busy worker
 is also sent its next pair ahead, so it never waits for the parent between
 pairs; a pair sent ahead and not begun goes back to the queue if the worker dies.
+Requests are written without blocking: a request larger than a pipe holds (a
+model's calls) waits in the parent for a worker busy in a case, so a case that
+hangs is still timed out.
 
 A worker's death is noticed by its exit (polled), not only by the end of its
 reply pipe (a child an op forked may hold that open), and is recorded as the
 OS reports it once the process has really gone: an exit status ("exited with
 status 1", reason kind `exit`) or a signal. Each worker runs its cases in its
-own process group (see worker.case_group), killed with it, so nothing an op
+own process group (groups.py), killed with it, so nothing an op
 starts outlives its case. Each reply line carries a per-worker token sent
 over the worker's stdin; a line without it (an op writing into the reply
-pipe) is dropped, so an op cannot forge a verdict.
+pipe) is dropped, so an op cannot forge a verdict. A case is a `timeout` only
+when its worker's pipe holds nothing past the deadline: the parent may itself
+have been held up (by another process's database lock) while the worker replied.
 """
 import collections
 import json
@@ -55,6 +60,10 @@ class _Worker:
         # Its own process group: the group, and whatever an op started in it, dies with it.
         self.proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=self.log, env=env, process_group=0)
+        # Requests are written without blocking (see send): a worker busy in a case
+        # that hangs must never hold the parent, or nothing would time the case out.
+        os.set_blocking(self.proc.stdin.fileno(), False)
+        self.outbox = bytearray()
         self.token = secrets.token_hex(16)
         self.buffer = b""
         self.task = None       # the pair being run
@@ -72,8 +81,20 @@ class _Worker:
         self.hangs_seen = 0    # the pool's hang count when this worker last checked the device
 
     def send(self, message):
-        self.proc.stdin.write((json.dumps(message) + "\n").encode())
-        self.proc.stdin.flush()
+        """Queue one request line and write what the pipe takes now; the pool's loop
+        writes the rest (push) as the worker reads. Raises OSError if the worker is gone."""
+        self.outbox += (json.dumps(message) + "\n").encode()
+        self.push()
+
+    def push(self):
+        """Write what the pipe takes of the queued requests; True once none is left."""
+        while self.outbox:
+            try:
+                written = os.write(self.proc.stdin.fileno(), self.outbox)
+            except BlockingIOError:   # the pipe is full: the worker is busy
+                return False
+            del self.outbox[:written]
+        return True
 
     def messages(self, data):
         """The authentic messages in `data` (with this worker's token; anything else dropped)."""
@@ -225,11 +246,13 @@ class Pool:
     # -- one synchronous request (describe, plan) ---------------------------
     def request(self, message, budget=STARTUP_BUDGET_S):
         worker = self.workers[0] if self.workers else self._spawn()
+        deadline = time.monotonic() + budget
         try:
             worker.send(message)
+            while not worker.push() and time.monotonic() < deadline:
+                select_one(worker.proc.stdin, 0.1, selectors.EVENT_WRITE)
         except OSError:
             pass  # it is gone: its end of the pipe tells how, below
-        deadline = time.monotonic() + budget
         while time.monotonic() < deadline:
             data = self._read(worker, deadline - time.monotonic())
             if data is None:
@@ -263,7 +286,13 @@ class Pool:
                 self._assign(idle, queue.popleft(), queue)
             for worker in self.workers:
                 self._send_ahead(worker, queue)
-            for key, _ in self.selector.select(timeout=0.2):
+            for worker in [w for w in self.workers if w.outbox]:
+                try:
+                    worker.push()
+                except OSError:   # gone: its death is noticed by its pipe or its exit
+                    worker.outbox.clear()
+            waiting = 0.01 if any(w.outbox for w in self.workers) else 0.2
+            for key, _ in self.selector.select(timeout=waiting):
                 worker = key.data
                 try:
                     data = os.read(worker.proc.stdout.fileno(), 1 << 16)
@@ -276,11 +305,30 @@ class Pool:
                     self._handle(worker, message, on_case, on_pair, queue)
             now = time.monotonic()
             for worker in [w for w in self.workers if w.task and w.deadline < now]:
-                self._lost(worker, queue, on_case, on_pair, timed_out=True)
+                if self._catch_up(worker, on_case, on_pair, queue):
+                    self._lost(worker, queue, on_case, on_pair, timed_out=True)
             for worker in [w for w in self.workers if not w.alive()]:
                 # Gone without closing its pipe (a child an op forked holds it open).
                 self._drain(worker, on_case, on_pair)
                 self._lost(worker, queue, on_case, on_pair, timed_out=False)
+
+    def _catch_up(self, worker, on_case, on_pair, queue):
+        """Read what an overdue worker has already written: the parent itself may have
+        been held up (waiting for another process's database lock, say) while the
+        worker replied in time. True if it is still overdue: silent past its deadline."""
+        while worker.task and worker.deadline < time.monotonic():
+            if not select_one(worker.proc.stdout, 0):
+                return True
+            try:
+                data = os.read(worker.proc.stdout.fileno(), 1 << 16)
+            except OSError:
+                data = b""
+            if data == b"":   # it died meanwhile: a crash, not a hang
+                self._lost(worker, queue, on_case, on_pair, timed_out=False)
+                return False
+            for message in worker.messages(data):
+                self._handle(worker, message, on_case, on_pair, queue)
+        return False
 
     def _drain(self, worker, on_case, on_pair):
         """Handle what a dead worker wrote before it died."""
@@ -383,6 +431,10 @@ class Pool:
             pair["attempts"] += 1
             if pair["attempts"] < 2:
                 queue.appendleft(pair)
+                why = (f"no reply within {self.timeout:g} s; killed" if timed_out
+                       else text + (f": {tail}" if tail else ""))
+                self.say(f"a worker was lost between cases of {pair['op']} {pair['dtype']} "
+                         f"({why}); the pair runs again, no case lost")
                 return
             index, sample, pass_ = _next_index(pair), "(between cases)", FORWARD
         if timed_out:
@@ -404,7 +456,7 @@ class Pool:
             queue.appendleft(pair)
 
 
-def select_one(stream, timeout):
+def select_one(stream, timeout, events=selectors.EVENT_READ):
     with selectors.DefaultSelector() as sel:
-        sel.register(stream, selectors.EVENT_READ)
+        sel.register(stream, events)
         return bool(sel.select(timeout))
