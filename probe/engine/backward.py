@@ -26,7 +26,8 @@ from mpsprobe.ops import samples as sample_tools
 from mpsprobe.vocabulary import FALLBACK, REASON_KINDS, REFUSED_AT_TRANSFER, SKIP
 from . import ambiguity, classify, distributions, judge, precision
 from .aten import recorded_once
-from .execute import OUT_OF_MEMORY, _call, _call_on_target, _moved, _out_of_memory, _result, fallbacks, refusal
+from .execute import (OUT_OF_MEMORY, _call, _call_on_target, _moved, _out_of_memory, _result, fallbacks,
+                      filed_fallback, refusal)
 from .timing import median_ms
 from .verdict import compare
 
@@ -280,13 +281,7 @@ def run_backward_case(op, dtype, sample, target, op_key, timing=True, aten_cache
                               trivial_input=grad_outputs[0], modes=allowance)
     fields.update(verdict.result_fields())
     status, reason, kind = judge.status_of(verdict, judge.Judgement(), fallen_back, False, applicable, False)
-    if fell:
-        fields["min_macos"] = fell["min_macos"]
-        if fell["from_dispatch"]:
-            notes["fallback_ops_from"] = "dispatch"
-        if status == FALLBACK:
-            kind = fell["kind"]
-            fields["aten_op"] = fell["ops"][0] if fell["ops"] else None
+    kind = filed_fallback(fell, status, kind, fields, notes)
     if verdict.notes:
         notes["verdict"] = list(verdict.notes)
     fields["notes"] = notes or None

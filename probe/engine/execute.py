@@ -153,6 +153,22 @@ def _first_tensor(args):
     return inp.detach().clone() if isinstance(inp, torch.Tensor) else None
 
 
+def filed_fallback(fell, status, kind, fields, notes):
+    """Files a case's fallback warnings (`fallbacks()`'s answer) into its fields and notes;
+    returns the case's reason kind, the fallback's own where the case is a fallback."""
+    if not fell:
+        return kind
+    fields["min_macos"] = fell["min_macos"]
+    if fell["from_dispatch"]:
+        notes["fallback_ops_from"] = "dispatch"
+    if status == FALLBACK:
+        fields["aten_op"] = fell["ops"][0] if fell["ops"] else None
+        return fell["kind"]
+    if status == MISMATCH:
+        notes["fell_back"] = fell["kind"]  # a mismatch that also ran on the CPU
+    return kind
+
+
 def run_case(op, dtype, sample, target, nondeterministic=False, timing=True, unchecked=(),
              op_key=None, aten_cache=None, modes=None, draw_form=None):
     """A result dict (the results-table fields) for `op` on one SampleInput.
@@ -273,15 +289,7 @@ def run_case(op, dtype, sample, target, nondeterministic=False, timing=True, unc
         status, reason, kind, drawn = judge.distribution(op_key, draw_args, target, draw_form)
         judged += drawn.pop("notes", [])
         fields.update(drawn)
-    if fell:
-        fields["min_macos"] = fell["min_macos"]
-        if fell["from_dispatch"]:
-            notes["fallback_ops_from"] = "dispatch"
-        if status == FALLBACK:
-            kind = fell["kind"]
-            fields["aten_op"] = fell["ops"][0] if fell["ops"] else None
-        elif status == MISMATCH:
-            notes["fell_back"] = fell["kind"]  # a mismatch that also ran on the CPU
+    kind = filed_fallback(fell, status, kind, fields, notes)
     if verdict.precision_mode:
         fields["precision_mode"] = verdict.precision_mode
     if judged:
