@@ -13,7 +13,7 @@ DTYPES = "float32,float64,int32,float16"
 def command(db):
     return [sys.executable, "-m", "mpsprobe", "run", "--db", str(db), "--device", "cpu",
             "--ops", OPS, "--dtypes", DTYPES, "--samples", "3", "--no-timing", "--workers", "2",
-            "--passes", "forward,backward"]
+            "--passes", "forward,backward,inplace,out"]
 
 
 def test_kill_parent_then_resume_records_every_case_once(tmp_path, results_count, rows):
@@ -21,8 +21,9 @@ def test_kill_parent_then_resume_records_every_case_once(tmp_path, results_count
     parent = subprocess.Popen(command(db), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                               start_new_session=True)
     deadline = time.monotonic() + 120
+    # Every pass of 48 pairs: far more than the first commits, so the kill lands mid-sweep.
     while results_count(db) < 10 and time.monotonic() < deadline and parent.poll() is None:
-        time.sleep(0.1)
+        time.sleep(0.02)
     assert parent.poll() is None, "the sweep finished before it could be interrupted"
     os.kill(parent.pid, signal.SIGKILL)
     parent.wait()
