@@ -209,6 +209,9 @@ def inspect(path, migratable=False):
             _try_migration(conn, version, path)
     except sqlite3.DatabaseError as e:
         raise DatabaseError(f"{path} is not a readable SQLite database ({e})") from None
+    except UnicodeDecodeError as e:
+        # Damaged bytes in the schema's own text (sqlite_master) need not decode.
+        raise DatabaseError(f"{path} is damaged: its schema text does not decode ({e.reason})") from None
     finally:
         if conn is not None:
             conn.close()

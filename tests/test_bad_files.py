@@ -175,3 +175,27 @@ def test_a_finished_run_is_read_by_every_command_from_a_read_only_directory(tmp_
         assert digest(path) == before and sorted(p.name for p in folder.iterdir()) == ["done.db"]
     finally:
         folder.chmod(0o755)
+
+
+def test_schema_text_that_does_not_decode_is_one_line_everywhere(tmp_path, run_cli):
+    """A flipped byte inside sqlite_master's text (found by the damaged-database fuzz):
+    the site's check, the Python API and the CLI all refuse it in one line, untouched."""
+    import mpsprobe
+    from mpsprobe.errors import MpsprobeError
+    from mpsprobe.site import check_database
+    path = tmp_path / "bad.db"
+    schema.open_db(str(path)).conn.close()
+    conn = sqlite3.connect(path)
+    name = conn.execute("SELECT name FROM sqlite_master WHERE type = 'index' LIMIT 1").fetchone()[0]
+    conn.execute("PRAGMA writable_schema = ON")
+    conn.execute("UPDATE sqlite_master SET name = CAST(X'BA' AS TEXT) || name WHERE name = ?", [name])
+    conn.commit()
+    conn.close()
+    before = hashlib.sha256(path.read_bytes()).hexdigest()
+    for read in (check_database, lambda p: mpsprobe.open_db(p, readonly=True)):
+        with pytest.raises(MpsprobeError) as refused:
+            read(str(path))
+        assert len(str(refused.value).splitlines()) == 1 and "does not decode" in str(refused.value)
+    result = run_cli("findings", "--db", str(path))
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == before
