@@ -10,6 +10,7 @@ one `Error:` line and no traceback, and none may hang (an alarm per command).
 import asyncio
 import contextlib
 import gc
+import os
 import shutil
 import signal
 import sqlite3
@@ -156,9 +157,14 @@ def _assert_one_line_or_success(args, result, ok=(0,)):
         assert result.exit_code == 2 and len(errors) == 1, (args, result.output[-2000:])
 
 
-# Hypothesis's own defaults, not the profile torch's test utilities load on import
-# (derandomized under CI: the same 20 databases on every run).
-@settings(parent=settings.get_profile("default"), max_examples=20, deadline=None,
+# Hypothesis's own defaults, not the profile torch's test utilities load on import. The
+# suite draws the same 20 damaged databases on every run (a failure is reproducible, never
+# the luck of a draw); MPSPROBE_FUZZ=N explores N fresh random ones.
+EXPLORE = int(os.environ.get("MPSPROBE_FUZZ", "0") or 0)
+
+
+@settings(parent=settings.get_profile("default"), max_examples=EXPLORE or 20, derandomize=not EXPLORE,
+          deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(damage=DAMAGE)
 def test_every_command_on_a_damaged_database_succeeds_or_says_one_line(
