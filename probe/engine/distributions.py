@@ -633,6 +633,15 @@ DROPOUT_GRADIENTS = ("nn.functional.dropout", "nn.functional.dropout2d", "nn.fun
 GRADIENT_CHECKED = DROPOUT_GRADIENTS + ("nn.functional.rrelu",)
 
 
+def _drawn_with_gradient(call, inp, args, kwargs, grad_output, context):
+    """One fresh draw on the target and its gradient for `grad_output`: (input, output, gradient)."""
+    with context():
+        x = inp.detach().clone().requires_grad_(True)
+        out = call(x, args, kwargs)
+        (grad,) = torch.autograd.grad(out, x, grad_output)
+    return x, out, grad
+
+
 def check_dropout_gradient(op_name, inp, args, kwargs, grad_output, n=N_VALUES, alpha=ALPHA,
                            max_calls=MAX_CALLS, context=contextlib.nullcontext):
     """The gradient of a dropout sample (arguments on the target), drawn afresh each call: it
@@ -644,10 +653,7 @@ def check_dropout_gradient(op_name, inp, args, kwargs, grad_output, n=N_VALUES, 
     disagreements = [0]
 
     def draw():
-        with context():
-            x = inp.detach().clone().requires_grad_(True)
-            out = call(x, args, kwargs)
-            (grad,) = torch.autograd.grad(out, x, grad_output)
+        x, out, grad = _drawn_with_gradient(call, inp, args, kwargs, grad_output, context)
         x, out, grad, g = (t.detach().cpu() for t in (x, out, grad, grad_output))
         informative = (x != 0) & (g != 0)
         disagreements[0] += int((((out != 0) != (grad != 0)) & informative).sum())
@@ -672,10 +678,7 @@ def check_rrelu_gradient(op_name, inp, args, kwargs, grad_output, n=N_VALUES, al
     violations = [0]
 
     def draw():
-        with context():
-            x = inp.detach().clone().requires_grad_(True)
-            out = call(x, args, kwargs)
-            (grad,) = torch.autograd.grad(out, x, grad_output)
+        x, out, grad = _drawn_with_gradient(call, inp, args, kwargs, grad_output, context)
         xs, ys, gs, go = (t.detach().cpu().to(torch.float64).numpy() for t in (x, out, grad, grad_output))
         dtype = grad.dtype
         positive = xs >= 0
