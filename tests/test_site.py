@@ -73,6 +73,16 @@ def db_cells(rows):
     return db_cells
 
 
+@pytest.fixture
+def site_copy(site_db, tmp_path):
+    """A writable copy of the site's database: copy(name) -> (its path, an open connection)."""
+    def copy(name):
+        path = tmp_path / name
+        shutil.copy(site_db, path)
+        return path, sqlite3.connect(path)
+    return copy
+
+
 def test_every_page_and_query_answers(ds, site_db, rows):
     name = database_name(site_db)
     ops = [r["id"] for r in rows(site_db, "SELECT id FROM ops")]
@@ -112,15 +122,13 @@ def test_every_page_gets_the_vocabularys_status_colours(ds):
     assert used and used <= set(re.findall(r"(--[\w-]+):", css.text))   # every colour it uses is defined
 
 
-def test_check_findings_ops_and_the_pages_answer_from_the_same_run(site_db, tmp_path):
+def test_check_findings_ops_and_the_pages_answer_from_the_same_run(site_copy):
     """One run picker: with an older torch's run recorded last, `check`, `findings`,
     `ops --db`, the matrix and the check-ops page all answer from the newest torch's run."""
     import mpsprobe
     from pathlib import Path
     from mpsprobe.db.query import runs as runs_q
-    path = tmp_path / "same.db"
-    shutil.copy(site_db, path)
-    conn = sqlite3.connect(path)
+    path, conn = site_copy("same.db")
     picked = runs_q.pick_run(conn)
     accelerated = conn.execute("SELECT id, torch_version_key FROM runs WHERE device != 'cpu' "
                                "ORDER BY started DESC").fetchall()
@@ -312,10 +320,8 @@ def test_search_is_full_text_over_ops_aten_ops_and_messages(ds, site_db, rows):
     assert len(page) == len(expected)
 
 
-def test_search_without_the_index_falls_back_to_substrings(site_db, tmp_path, rows):
-    path = tmp_path / "nofts.db"
-    shutil.copy(site_db, path)
-    conn = sqlite3.connect(path)
+def test_search_without_the_index_falls_back_to_substrings(site_copy, rows):
+    path, conn = site_copy("nofts.db")
     with conn:
         for trigger in ("insert", "delete", "update"):
             conn.execute(f"DROP TRIGGER results_fts_{trigger}")
@@ -356,10 +362,8 @@ def test_status_colours_in_plain_table_views(ds, site_db, rows):
     assert f'<span class="st st-fallback">{STATUS["fallback"].symbol} fallback</span>' in page
 
 
-def test_declared_status_is_a_matrix_choice_and_looks_different(ds, site_db, tmp_path):
-    path = tmp_path / "declared.db"
-    shutil.copy(site_db, path)
-    conn = sqlite3.connect(path)
+def test_declared_status_is_a_matrix_choice_and_looks_different(site_copy):
+    path, conn = site_copy("declared.db")
     with conn:
         conn.executemany("INSERT INTO declared (torch_version, device, op_id, dtype, status, "
                          "source, note) VALUES ('2.9.0', 'mps', ?, ?, ?, 'test', NULL)",
@@ -375,10 +379,8 @@ def test_declared_status_is_a_matrix_choice_and_looks_different(ds, site_db, tmp
     assert sorted(cells) == ["pass", "unsupported"]
 
 
-def test_pages_work_without_the_optional_views(site_db, tmp_path, db_cells, fake_runs):
-    path = tmp_path / "bare.db"
-    shutil.copy(site_db, path)
-    conn = sqlite3.connect(path)
+def test_pages_work_without_the_optional_views(site_copy, db_cells, fake_runs):
+    path, conn = site_copy("bare.db")
     with conn:
         for view in ("op_firsts", "op_history"):
             conn.execute(f"DROP VIEW IF EXISTS {view}")
@@ -436,13 +438,11 @@ def test_nav_links_the_other_plugin_pages_when_present(ds):
             get(ds, href)
 
 
-def test_a_hostile_status_from_a_merged_database_is_never_markup(site_db, tmp_path):
+def test_a_hostile_status_from_a_merged_database_is_never_markup(site_copy):
     """A status string is data: from a merged database it may hold anything, and
     must reach the page escaped, never as a class name or a tag."""
-    path = tmp_path / "hostile.db"
-    shutil.copy(site_db, path)
+    path, conn = site_copy("hostile.db")
     hostile = '"><script>alert(1)</script>'
-    conn = sqlite3.connect(path)
     with conn:
         conn.execute("INSERT INTO declared (torch_version, device, op_id, dtype, status, "
                      "source, note) VALUES ('2.9.0', 'mps', 'add', 'float16', ?, 'test', NULL)",
@@ -692,13 +692,11 @@ def test_grid_has_a_column_per_torch_version_and_a_row_per_op(ds, site_db, rows)
             assert cell["k"] == sum(s in WORKING for s in statuses)
 
 
-def test_a_grid_cell_gives_the_reason_of_its_worst_cases(site_db, tmp_path):
+def test_a_grid_cell_gives_the_reason_of_its_worst_cases(site_copy):
     """A cell whose worst case is refused for its dtype says so, not the reason of a
     milder case in another dtype (kernel_fallback sorts after dtype as text)."""
     from mpsprobe.db.query import grid
-    path = tmp_path / "mixed.db"
-    shutil.copy(site_db, path)
-    conn = sqlite3.connect(path)
+    path, conn = site_copy("mixed.db")
     with conn:
         run_id = conn.execute("SELECT id FROM runs WHERE device = 'fake-mps' "
                               "ORDER BY torch_version_key DESC LIMIT 1").fetchone()[0]
@@ -719,11 +717,9 @@ def test_a_grid_cell_gives_the_reason_of_its_worst_cases(site_db, tmp_path):
     conn.close()
 
 
-def test_grid_counts_only_ops_it_has_rows_for(site_db, tmp_path, rows):
+def test_grid_counts_only_ops_it_has_rows_for(site_copy, site_db, rows):
     """A model replay's aten ops (`check --run`) have no grid column: no row, and not counted."""
-    path = tmp_path / "replay.db"
-    shutil.copy(site_db, path)
-    conn = sqlite3.connect(path)
+    path, conn = site_copy("replay.db")
     with conn:
         conn.execute("INSERT INTO runs (id, run_key, state, started, torch_version, device, source, options) "
                      "VALUES ('replay', 'replay', 'complete', '2030-01-01', '9.9.0', 'fake-mps', 'model', '{}')")
@@ -789,14 +785,12 @@ def test_suggestions_are_sourced_and_fit_the_failure():
         assert s.source.startswith("https://")
 
 
-def test_history_rows_say_what_ran_each_run_in_the_grids_words(site_db, tmp_path, rows):
+def test_history_rows_say_what_ran_each_run_in_the_grids_words(site_copy, site_db, rows):
     """A history row names the device and what it is, and says so where a run was
     virtualised or had the CPU fallback switched on; the summary and the grid use
     the same words for a virtual machine."""
-    path = tmp_path / "labels.db"
-    shutil.copy(site_db, path)
+    path, conn = site_copy("labels.db")
     old = rows(site_db, "SELECT id FROM runs WHERE device = 'fake-mps' ORDER BY torch_version_key LIMIT 1")[0]["id"]
-    conn = sqlite3.connect(path)
     with conn:
         conn.execute("UPDATE runs SET virtualized = 1, device_env = ? WHERE id = ?",
                      [json.dumps({"PYTORCH_ENABLE_MPS_FALLBACK": "1"}), old])
