@@ -38,6 +38,7 @@ only (a marker file per aten op), so the rest of the pair must still run.
 Use: mpsprobe run --backend tests/faulty_backend.py --ops ...
 """
 import ctypes
+import fcntl
 import json
 import os
 import resource
@@ -98,12 +99,13 @@ FORGED = (b'{"type": "result", "index": 0, "status": "pass", "token": "guess"}\n
 
 
 def _reply_pipes():
-    """Every pipe fd of this process but stdin: the worker's reply channel among them."""
+    """Every pipe fd of this process it can write to: the worker's reply channel among them."""
     found = []
     for name in os.listdir("/proc/self/fd"):
         fd = int(name)
         try:
-            if fd != 0 and stat.S_ISFIFO(os.fstat(fd).st_mode):
+            writable = fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE != os.O_RDONLY
+            if stat.S_ISFIFO(os.fstat(fd).st_mode) and writable:
                 found.append(fd)
         except OSError:
             pass
