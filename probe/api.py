@@ -45,6 +45,8 @@ class Run:
         self.pairs = pairs
         self.env = env
         self.resumed = resumed
+        self.unfinished = []   # pairs left unfinished ({"op", "dtype", "why"}): state "incomplete"
+        self.events = []       # what befell the device or a worker outside any case (run_events)
 
     def results(self):
         """Every case of the run, as dicts (results-table rows with the case's sample)."""
@@ -69,7 +71,10 @@ class Run:
                 "pairs": self.pairs, "counts": self.counts, "passes": self.pass_counts(),
                 "device": self.env.get("device"),
                 "device_name": self.env.get("device_name"), "torch": self.env.get("torch_version"),
-                "os": f"{self.env.get('os_name')} {self.env.get('os_version') or ''}".strip()}
+                "os": f"{self.env.get('os_name')} {self.env.get('os_version') or ''}".strip(),
+                "unfinished": self.unfinished,
+                "events": [{k: e.get(k) for k in ("kind", "how", "detail", "before_op", "before_dtype")}
+                           for e in self.events]}
 
     def __repr__(self):
         return f"<mpsprobe.Run {self.id[:12]} {self.state}: {self.total} cases {self.counts}>"
@@ -114,6 +119,7 @@ def probe(ops=None, dtypes=None, device="auto", samples=3, db="mpsprobe.db", *, 
     if on_start:
         on_start(run, todo)
     run.state, run.total, run.counts = sweep.run(todo, on_case, on_pair)
+    run.unfinished, run.events = sweep.unfinished, sweep.events
     return run
 
 
