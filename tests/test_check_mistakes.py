@@ -1,7 +1,6 @@
 """`mpsprobe check`: each user mistake is one line and exit 2, found before the heavy work;
 a TorchScript model is checked; `--run` says which calls it could not replay."""
 import os
-import sys
 
 import pytest
 
