@@ -31,7 +31,7 @@ from . import files, schema
 from .migrations.m002_history import backfill_version_keys
 
 SKIPPED_TABLES = ("mpsprobe_meta",)
-_STATE_RANK = {"running": 0, "interrupted": 1, "complete": 2}
+_STATE_RANK = {"running": 0, "interrupted": 1, "incomplete": 1, "complete": 2}
 
 
 class MergeError(MpsprobeError):

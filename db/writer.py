@@ -191,6 +191,18 @@ class RunWriter:
                             [self.run_id, pair["op"], pair["dtype"], n_cases])
         self._written()
 
+    def event(self, event):
+        """Something that happened outside any case (pool.Pool's on_event): committed at once."""
+        row = {k: event.get(k) for k in ("kind", "how", "detail", "signal", "stderr_tail",
+                                          "before_op", "before_dtype")}
+        with write_transaction(self.db.conn):
+            self._write_held()
+            self.db["run_events"].insert(dict(row, id=uuid.uuid4().hex, run_id=self.run_id, at=now()))
+        self._written()
+
+    def events(self):
+        return list(self.db.query("SELECT * FROM run_events WHERE run_id = ? ORDER BY at", [self.run_id]))
+
     def counts(self):
         row = next(self.db.query(
             f"SELECT count(*) AS n, {status_counts()} FROM results WHERE run_id = ?", [self.run_id]))

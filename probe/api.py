@@ -45,6 +45,8 @@ class Run:
         self.pairs = pairs
         self.env = env
         self.resumed = resumed
+        self.unfinished = []   # pairs left unfinished ({"op", "dtype", "why"}): state "incomplete"
+        self.events = []       # what befell the device or a worker outside any case (run_events)
 
     def results(self):
         """Every case of the run, as dicts (results-table rows with the case's sample)."""
@@ -69,7 +71,10 @@ class Run:
                 "pairs": self.pairs, "counts": self.counts, "passes": self.pass_counts(),
                 "device": self.env.get("device"),
                 "device_name": self.env.get("device_name"), "torch": self.env.get("torch_version"),
-                "os": f"{self.env.get('os_name')} {self.env.get('os_version') or ''}".strip()}
+                "os": f"{self.env.get('os_name')} {self.env.get('os_version') or ''}".strip(),
+                "unfinished": self.unfinished,
+                "events": [{k: e.get(k) for k in ("kind", "how", "detail", "before_op", "before_dtype")}
+                           for e in self.events]}
 
     def __repr__(self):
         return f"<mpsprobe.Run {self.id[:12]} {self.state}: {self.total} cases {self.counts}>"
@@ -114,6 +119,7 @@ def probe(ops=None, dtypes=None, device="auto", samples=3, db="mpsprobe.db", *, 
     if on_start:
         on_start(run, todo)
     run.state, run.total, run.counts = sweep.run(todo, on_case, on_pair)
+    run.unfinished, run.events = sweep.unfinished, sweep.events
     return run
 
 
@@ -134,7 +140,19 @@ def _loaded(model, example_inputs, input_shape, dtype, name):
     return loaded
 
 
-def _whole_step(loaded, device, backend, train, optimizer, strict, say):
+def _say_whole_step(device, backend, train, say):
+    from mpsprobe.modelcheck import batches as batch_sweeps
+    say(f"timing one whole {batch_sweeps.TRAINING if train else batch_sweeps.INFERENCE} step on the CPU "
+        f"({_torch_threads()} threads) and the target ({device if not backend else 'test backend'})")
+
+
+def _shape(input_shape):
+    """--input as a tuple (checked here, before any process starts), or None."""
+    from mpsprobe.modelcheck import load
+    return load.parse_shape(input_shape) if isinstance(input_shape, str) else input_shape
+
+
+def _whole_step(loaded, device, backend, train, optimizer, strict):
     """check --run's speed figure: one whole step of the model, timed here on the CPU and
     the target (modelcheck.batches.step_time), in the precision the replay ran in; a row
     whose note says why a side has no time."""
@@ -144,8 +162,6 @@ def _whole_step(loaded, device, backend, train, optimizer, strict, say):
         target = devices.resolve(device, backend)
     except devices.DeviceError as e:
         return {"note": str(e)}
-    say(f"timing one whole {batch_sweeps.TRAINING if train else batch_sweeps.INFERENCE} step on the CPU "
-        f"({_torch_threads()} threads) and {target.name}")
     strictly = precision.strict_precision(target.torch_device) if strict else contextlib.nullcontext()
     try:
         with strictly:
@@ -180,9 +196,12 @@ def check_model(model, example_inputs=None, db="mpsprobe.db", *, input_shape=Non
     """
     from mpsprobe.db import schema
     from mpsprobe.db.query import runs as runs_q
-    from mpsprobe.modelcheck import capture, report as reporting
+    from mpsprobe.modelcheck import capture, isolated, report as reporting
     say = say or (lambda text: None)
     db_path = str(db)
+    # A model file or torchvision name runs in a process of its own (modelcheck/isolated.py).
+    spec = str(model) if isinstance(model, (str, os.PathLike)) and not str(model).endswith(".json") else None
+    shape = _shape(input_shape) if spec else None
     if run and (torch or macos or run_id):
         raise MpsprobeError("--run measures this machine: --torch, --macos and --run-id do not apply")
     is_list = isinstance(model, (str, os.PathLike)) and str(model).endswith(".json")
@@ -206,7 +225,8 @@ def check_model(model, example_inputs=None, db="mpsprobe.db", *, input_shape=Non
         if run:
             from mpsprobe.engine.pool import Pool, WorkerError
             from mpsprobe.modelcheck import replay
-            loaded = _loaded(model, example_inputs, input_shape, dtype, name)  # before the workers
+            if not spec:
+                loaded = _loaded(model, example_inputs, input_shape, dtype, name)  # before the workers
             pool = Pool({"device": device, "backend": backend, "timing": timing,
                          "strict_precision": strict_precision},
                         size=workers, timeout=timeout)
@@ -216,14 +236,19 @@ def check_model(model, example_inputs=None, db="mpsprobe.db", *, input_shape=Non
                 pool.close()
                 raise MpsprobeError(str(e)) from None
             with pool:   # replay() runs the calls in it; closed here too if capture fails
-                recorder = replay.CallRecorder()
                 portable = not env["device"].startswith("cpu") or env.get("backend") is not None
-                model_ops = capture.capture(loaded, train=train, optimizer=optimizer,
-                                            portable=portable, on_call=recorder)
-                calls = recorder.list()
+                if spec:
+                    model_ops, calls, skipped = isolated.capture(
+                        spec, input_shape=shape, dtype=dtype, train=train, optimizer=optimizer,
+                        portable=portable, record_calls=True, timeout=timeout)
+                else:
+                    recorder = replay.CallRecorder()
+                    model_ops = capture.capture(loaded, train=train, optimizer=optimizer,
+                                                portable=portable, on_call=recorder)
+                    calls, skipped = recorder.list(), recorder.skipped
                 say(f"replaying {len(calls)} distinct calls of {model_ops.distinct} aten ops on "
                     f"{env['device']} ({env['device_name']})")
-                for op_name, why in sorted(recorder.skipped.items()):
+                for op_name, why in sorted(skipped.items()):
                     say(f"not replayed: {op_name} (its arguments cannot be rebuilt: {why})")
                 from mpsprobe.cli.output import precision_line
                 say(precision_line(env.get("precision_modes")))
@@ -232,8 +257,14 @@ def check_model(model, example_inputs=None, db="mpsprobe.db", *, input_shape=Non
             chosen = runs_q.pick_run(store.conn, run_id=writer.run_id)
             whole = None
             if timing:
-                whole = _whole_step(_loaded(model, example_inputs, input_shape, dtype, name), device, backend,
-                                    train, optimizer, strict_precision, say)
+                _say_whole_step(device, backend, train, say)
+                if spec:
+                    whole = isolated.whole_step(spec, input_shape=shape, dtype=dtype, device=device,
+                                                backend=backend, train=train, optimizer=optimizer,
+                                                strict=strict_precision, timeout=timeout)
+                else:
+                    whole = _whole_step(_loaded(model, example_inputs, input_shape, dtype, name), device,
+                                        backend, train, optimizer, strict_precision)
             model_ms = reporting.model_speed(whole, replay.model_time(results))
             if batches:
                 sweep = batch_sweeps.sweep_and_record(
@@ -249,6 +280,10 @@ def check_model(model, example_inputs=None, db="mpsprobe.db", *, input_shape=Non
                     raise MpsprobeError(f"{model}: {e}") from None
                 except capture.CheckError as e:
                     raise MpsprobeError(f"{model}: {e}") from None
+            elif spec:
+                model_ops = isolated.capture(spec, input_shape=shape, dtype=dtype, train=train,
+                                             optimizer=optimizer, portable=chosen["device"] != "cpu",
+                                             timeout=timeout)[0]
             else:
                 model_ops = capture.capture(
                     _loaded(model, example_inputs, input_shape, dtype, name), train=train,

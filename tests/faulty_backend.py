@@ -31,13 +31,32 @@ check that each such case costs that case alone:
                the reply pipe included), writing its pid to once_dir/forked,
                then segfaults.
 
+- "hang":      sleeps for ten minutes (a kernel that never returns);
+- "abort":     writes FAULTY_ABORT to stderr, then aborts (SIGABRT, as a
+               failed Metal assertion does);
+- "close_fd2": closes fds 1 and 2, then runs normally;
+- "noise":     writes 64 KiB of random bytes (no newline) to stderr, then runs normally;
+- "setsid":    starts `sleep 300` in a new session (out of the case's
+               process group), its pid in once_dir/setsid, then runs normally;
+- "setsid_segfault": the same, then segfaults (the worker is gone: nothing
+               to re-parent the sleeper to);
+- "memory_error": allocates 8 TiB (bytearray): Python's MemoryError, every
+               time it is reached (once_dir does not stop it).
+
 FAULTY (JSON) maps aten op names to a fault, e.g. {"aten::sin": "segfault"};
 with "once_dir": PATH each fault fires on the first case that reaches it
 only (a marker file per aten op), so the rest of the pair must still run.
+A list of faults fires its k-th fault the k-th time the op is reached (needs
+once_dir), e.g. {"aten::exp": ["close_fd2", "abort"]}.
+
+"health" is a fault of the device check the worker runs after a killed hang:
+"abort" (once, with once_dir), "abort_always", "hang" (holds the worker itself,
+not only the check's thread) or "raise".
 
 Use: mpsprobe run --backend tests/faulty_backend.py --ops ...
 """
 import ctypes
+import fcntl
 import json
 import os
 import resource
@@ -98,12 +117,13 @@ FORGED = (b'{"type": "result", "index": 0, "status": "pass", "token": "guess"}\n
 
 
 def _reply_pipes():
-    """Every pipe fd of this process but stdin: the worker's reply channel among them."""
+    """Every pipe fd of this process it can write to: the worker's reply channel among them."""
     found = []
     for name in os.listdir("/proc/self/fd"):
         fd = int(name)
         try:
-            if fd != 0 and stat.S_ISFIFO(os.fstat(fd).st_mode):
+            writable = fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE != os.O_RDONLY
+            if stat.S_ISFIFO(os.fstat(fd).st_mode) and writable:
                 found.append(fd)
         except OSError:
             pass
@@ -116,6 +136,21 @@ def _sleeping_child():
         time.sleep(300)
         os._exit(0)
     return pid
+
+
+FAULTY_ABORT = "FAULTY: the kernel's assertion failed; aborting"
+EVERY_TIME = {"memory_error"}
+
+
+def _new_session_sleeper(once_dir):
+    sleeper = subprocess.Popen(["sleep", "300"], start_new_session=True)
+    with open(os.path.join(once_dir, "setsid"), "w") as f:
+        f.write(str(sleeper.pid))
+
+
+def _abort():
+    os.write(2, (FAULTY_ABORT + "\n").encode())
+    os.abort()
 
 
 def _fire(fault, once_dir):
@@ -159,6 +194,22 @@ def _fire(fault, once_dir):
             json.dump({"reply_pipes": [os.readlink(f"/proc/self/fd/{fd}") for fd in _reply_pipes()],
                        "sleeper": [os.readlink(f"/proc/{sleeper.pid}/fd/{fd}")
                                    for fd in os.listdir(f"/proc/{sleeper.pid}/fd")]}, f)
+    elif fault == "hang":
+        time.sleep(600)
+    elif fault == "abort":
+        _abort()
+    elif fault == "close_fd2":
+        os.close(1)
+        os.close(2)
+    elif fault == "noise":
+        os.write(2, bytes(b for b in os.urandom(1 << 16) if b != 10))
+    elif fault == "setsid":
+        _new_session_sleeper(once_dir)
+    elif fault == "setsid_segfault":
+        _new_session_sleeper(once_dir)
+        ctypes.string_at(0)
+    elif fault == "memory_error":
+        bytearray(8 << 40)
     elif fault == "fork_segfault":
         with open(os.path.join(once_dir, "forked"), "w") as f:
             f.write(str(_sleeping_child()))
@@ -176,19 +227,34 @@ class FaultMode(TorchDispatchMode):
     def _first_time(self, name):
         if not self.once_dir:
             return True
-        try:
-            os.close(os.open(os.path.join(self.once_dir, name.replace(":", "_")),
-                             os.O_CREAT | os.O_EXCL | os.O_WRONLY))
-            return True
-        except FileExistsError:
-            return False
+        return _claim(self.once_dir, name.replace(":", "_"))
+
+    def _nth_time(self, name):
+        """How many times `name` was reached before (counted in once_dir)."""
+        k = 0
+        while not _claim(self.once_dir, f"{name.replace(':', '_')}.{k}"):
+            k += 1
+        return k
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         name = aten_name(func)
         fault = self.faults.get(name)
-        if fault and self._first_time(name):
+        if isinstance(fault, list):
+            k = self._nth_time(name)
+            if k < len(fault):
+                _fire(fault[k], self.once_dir)
+        elif fault and (fault in EVERY_TIME or self._first_time(name)):
             _fire(fault, self.once_dir)
         return func(*args, **(kwargs or {}))
+
+
+def _claim(folder, marker):
+    """True the first time `marker` is claimed in `folder` (by any process)."""
+    try:
+        os.close(os.open(os.path.join(folder, marker), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        return True
+    except FileExistsError:
+        return False
 
 
 class Faulty(Target):
@@ -199,7 +265,18 @@ class Faulty(Target):
         self.name = "faulty"
         config = json.loads(os.environ.get("FAULTY", "{}"))
         self.once_dir = config.pop("once_dir", None)
+        self.health = config.pop("health", None)
         self.faults = config
+
+    def health_check(self, timeout=10.0):
+        fault = self.health
+        if fault == "abort_always" or (fault == "abort" and _claim(self.once_dir, "health")):
+            _abort()
+        if fault == "hang":
+            time.sleep(600)   # in the worker's own thread: the check cannot time itself out
+        if fault == "raise":
+            raise RuntimeError("FAULTY: the device check raised")
+        return super().health_check(timeout)
 
     @property
     def device_name(self):

@@ -137,13 +137,14 @@ def test_a_program_an_op_starts_does_not_inherit_the_reply_channel(faulty_sweep)
     assert not set(fds["reply_pipes"]) & set(fds["sleeper"]), fds
 
 
-def test_an_op_that_closes_the_workers_stdin_costs_nothing_and_says_so(faulty_sweep, rows):
-    """neg closes fd 0 mid-case: the case is judged, the worker dies at its next read,
-    and the sweep goes on without losing a case, saying why a worker was replaced."""
-    assert _case(rows, faulty_sweep["db"], "neg", 0)["status"] == PASS
-    said = [line for line in faulty_sweep["result"].output.splitlines()
-            if "no case lost" in line and "OSError" in line]
-    assert said and "exited with status 1" in said[0], faulty_sweep["result"].output[-3000:]
+def test_an_op_that_closes_fd_0_harms_no_case_and_no_worker(faulty_sweep, rows):
+    """neg closes fd 0 mid-case: the worker reads its requests from a private copy and
+    gives the next case a fresh fd 0, so every case is judged and no worker is lost."""
+    statuses = [r["status"] for r in rows(faulty_sweep["db"], "SELECT status FROM results WHERE op_id = 'neg'")]
+    assert statuses and set(statuses) == {PASS}, statuses
+    lost = [line for line in faulty_sweep["result"].output.splitlines()
+            if "worker" in line and "OSError" in line]
+    assert not lost, lost
 
 
 def test_a_worker_gone_before_its_next_request_costs_nothing_and_says_so(tmp_path, rows):

@@ -29,6 +29,9 @@ DTYPES = ("float32", "float16", "bfloat16", "float64")
 @click.option("--run", "measure", is_flag=True,
               help="Replay the model's calls on the target here and record them (needs the device).")
 @click.option("--timing/--no-timing", default=True, show_default=True, help="Time calls with --run.")
+@click.option("--timeout", default=60.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
+              help="Seconds the model may go without finishing an aten call (and each replayed call "
+                   "may take) before it is killed.")
 @click.option("--batch", "batches", default=None,
               help="With --run: also time one whole step per batch size, like 1,2,4,8,16,32,64, "
                    "on the CPU and the target (throughput and the crossover batch).")
@@ -43,12 +46,16 @@ DTYPES = ("float32", "float16", "bfloat16", "float64")
               help="Write the captured op list as JSON (for the site's check page).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 def check(model, input_shape, train, optimizer, dtype, db_path, torch_version, macos, device,
-          run_id, measure, timing, batches, strict_precision, backend, fail_on, export_path, as_json):
+          run_id, measure, timing, timeout, batches, strict_precision, backend, fail_on, export_path, as_json):
     """Will MODEL run on MPS? Capture its aten ops on the CPU and answer from the database.
 
     MODEL is a .py file defining build() -> (model, example_inputs[, loss]),
     torchvision:NAME (with --input), or an op list written by --export.
-    Exit status: 0 nothing at or above --fail-on, 1 something is, 2 bad input.
+    The model runs in a process of its own: if it crashes, exits or hangs
+    (past --timeout without finishing an aten call), check says so in one
+    line, naming the module it was in.
+    Exit status: 0 nothing at or above --fail-on, 1 something is, 2 bad input
+    or a model that crashed, exited or hung.
 
     \b
     Examples:
@@ -64,7 +71,7 @@ def check(model, input_shape, train, optimizer, dtype, db_path, torch_version, m
         model, db=db_path, input_shape=input_shape, train=train, optimizer=optimizer,
         dtype=dtype, run=measure, device=device, backend=backend, timing=timing,
         torch=torch_version, macos=macos, run_id=run_id, export=export_path, batches=batches,
-        strict_precision=strict_precision, say=lambda text: click.echo(text, err=True))
+        strict_precision=strict_precision, timeout=timeout, say=lambda text: click.echo(text, err=True))
     if as_json:
         click.echo(output.as_json(report.to_json(fail_on)))
     else:

@@ -77,8 +77,22 @@ def run_summary(run, elapsed=None):
     if len(data["passes"]) > 1:
         lines += [f"  {p}: {counts_line(c)}" for p, c in data["passes"].items()]
     lines.append(precision_line(run.env.get("precision_modes")))
+    for event in run.events:
+        lines.append(f"device event: {event_line(event)}")
+    if run.unfinished:
+        lines.append(f"INCOMPLETE: {len(run.unfinished)} (op, dtype) pairs could not be finished "
+                     "(their worker was lost between cases each time); re-run the same command to retry them:")
+        lines += [f"  {p['op']} {p['dtype']}: {p['why']}" for p in run.unfinished]
     lines.append(f"recorded in {run.db_path}")
     return lines
+
+
+def event_line(event):
+    """One line for a run event (db run_events; pool.Pool's on_event)."""
+    what = {"device_check_failed": "the device check after a killed hang failed",
+            "worker_lost": "a worker was lost between cases"}.get(event.get("kind"), event.get("kind"))
+    before = f" (before {event['before_op']} {event['before_dtype']})" if event.get("before_op") else ""
+    return f"{what}{before}: {event.get('detail')}"
 
 
 def declared_summary(summary, db_path):

@@ -125,3 +125,5 @@ def run(db_path, device, ops, dtypes, samples, timing, workers, timeout, mps_fal
         click.echo(output.as_json(dict(run.to_json(), elapsed_s=round(elapsed, 1))))
     else:
         click.echo("\n".join(output.run_summary(run, elapsed)))
+    if run.state == "incomplete":
+        sys.exit(1)   # recorded, but not every planned case: not a finished answer

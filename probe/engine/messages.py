@@ -642,6 +642,8 @@ FAMILY = {f.name: f for f in MESSAGE_FAMILIES}
 # The verdict when nothing in the catalogue matches.
 NOT_IMPLEMENTED = Verdict(UNSUPPORTED, "no_kernel", None, None, None, None)
 BUG = Verdict(ERROR, "bug", None, None, None, None)
+# Python's own out-of-memory (bytearray(8 TiB), numpy's ArrayMemoryError): its text may say nothing.
+OUT_OF_MEMORY = Verdict(ERROR, "out_of_memory", None, None, None, "generic_out_of_memory")
 
 
 def _check_catalogue():
@@ -672,14 +674,23 @@ _WARNING_FAMILIES = _families(WARNED)
 _CRASH_FAMILIES = _families(PRINTED)
 
 
-def _is_not_implemented(exc_type):
+def _is_a(exc_type, base, names):
+    """Whether `exc_type` (a type, an instance, or a name in `names`) is `base` or a subclass of it."""
     if exc_type is None:
         return False
     if isinstance(exc_type, str):
-        return re.split(r"[.:]+", exc_type)[-1] == "NotImplementedError"
+        return re.split(r"[.:]+", exc_type)[-1] in names
     if isinstance(exc_type, BaseException):
         exc_type = type(exc_type)
-    return isinstance(exc_type, type) and issubclass(exc_type, NotImplementedError)
+    return isinstance(exc_type, type) and issubclass(exc_type, base)
+
+
+def _is_not_implemented(exc_type):
+    return _is_a(exc_type, NotImplementedError, {"NotImplementedError"})
+
+
+# By name too: a dead worker's stderr or a recorded error_type names its class.
+_MEMORY_ERRORS = {"MemoryError", "_ArrayMemoryError", "OutOfMemoryError"}
 
 
 def match_family(text, families=None):
@@ -696,14 +707,16 @@ def classify_message(text, *, exc_type=None):
     """The Verdict for an exception's text, or None if neither the text nor `exc_type` says anything.
 
     A known message gives its family's verdict. Otherwise a NotImplementedError
-    (a type, an instance or its name) is `unsupported`/`no_kernel`, any other
-    exception is `error`/`bug`, and a text with no exception type is None.
+    (a type, an instance or its name) is `unsupported`/`no_kernel`, a MemoryError
+    (or a subclass) `error`/`out_of_memory`, any other exception is `error`/`bug`, and a text with no exception type is None.
     """
     family, m = match_family(text, _ERROR_FAMILIES)
     if family is not None:
         return _verdict(family, m)
     if _is_not_implemented(exc_type):
         return NOT_IMPLEMENTED
+    if _is_a(exc_type, MemoryError, _MEMORY_ERRORS):
+        return OUT_OF_MEMORY
     if exc_type is not None:
         return BUG
     return None

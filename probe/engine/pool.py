@@ -34,12 +34,16 @@ import time
 
 from mpsprobe.errors import MpsprobeError
 from mpsprobe.vocabulary import CRASH, ERROR, FORWARD, PASS_COLUMN, TIMEOUT
+from . import leftovers
 from .classify import crash_evidence
 from .launch import worker_command
 from .plan import case_key, key_index
 
 STARTUP_BUDGET_S = 180.0  # importing torch and the OpInfo database, on a slow machine
 EXIT_GRACE_S = 5.0        # a worker whose reply pipe closed has this long to exit on its own
+HEALTH_CHECK_S = 10.0     # a device check after a killed hang: a tiny op must finish within this
+HEALTH_GRACE_S = 5.0      # past it the worker itself is stuck (the check holds it): killed
+PAIR_ATTEMPTS = 3         # a pair whose worker dies outside any case this often is left unfinished
 
 
 class WorkerError(MpsprobeError):
@@ -69,6 +73,8 @@ class _Worker:
         self.task = None       # the pair being run
         self.ahead = None      # the pair it runs next, already sent (waiting in its stdin)
         self.index = None      # the case in flight (after "begin", before "result")
+        self.stage = None      # outside a case: "health" (the device check) or "samples" (of pass_)
+        self.notes = None      # the device check's notes for the results of its pair
         self.pass_ = FORWARD   # and its pass
         self.sample = None
         self.deadline = None
@@ -116,11 +122,13 @@ class _Worker:
         return self.proc.poll() is None
 
     def stderr_lines(self, n=20, limit=400):
-        """The last `n` non-blank lines the worker wrote to stderr, each cut at `limit`."""
-        self.log.seek(0, os.SEEK_END)
-        size = self.log.tell()
-        self.log.seek(max(0, size - 8192))
-        lines = [x for x in self.log.read().decode(errors="replace").splitlines() if x.strip()]
+        """The last `n` non-blank lines the worker wrote to stderr since its case (or
+        device check) began: the worker empties the log before each. Each cut at `limit`.
+        Read with pread: the log's offset is shared with the worker's fds 1 and 2."""
+        fd = self.log.fileno()
+        size = os.fstat(fd).st_size
+        text = os.pread(fd, 8192, max(0, size - 8192)).decode(errors="replace")
+        lines = [x for x in text.splitlines() if x.strip()]
         return [x[:limit] for x in lines[-n:]]
 
     def stderr_tail(self, limit=400):
@@ -141,6 +149,7 @@ class _Worker:
             self.proc.kill()
         code = self.proc.wait()
         _kill_group(self.proc.pid)   # children an op left behind
+        leftovers.kill(leftovers.marked(self.proc.pid))   # and those that left the group
         return code
 
     def close(self):
@@ -186,7 +195,11 @@ class Pool:
     """Runs pairs on `size` workers; reports through callbacks.
 
     on_case(pair, index, sample_summary, result) for every case,
-    on_pair(pair, n_cases) once a pair is complete.
+    on_pair(pair, n_cases) once a pair is complete,
+    on_event(event) for what happened to the device or a worker outside any case
+    (a failed device check, a worker lost between cases): never charged to a case.
+    After `run`, `unfinished` lists the pairs that could not be finished
+    ({"op", "dtype", "why"}): a run with any is not complete.
     """
 
     def __init__(self, config, size=1, timeout=60.0, python=None, env=None, say=None):
@@ -194,12 +207,19 @@ class Pool:
         self.say = say or (lambda text: print(text, file=sys.stderr, flush=True))
         self.size = max(1, size)
         self.timeout = timeout
+        # The device check is a case's worth of waiting at most.
+        self.health_s = min(HEALTH_CHECK_S, timeout)
+        config.setdefault("health_check_s", self.health_s)
         self.command = worker_command(config, python)
         self.env = dict(os.environ if env is None else env)
         self.selector = selectors.DefaultSelector()
         self.workers = []
         self.hangs = 0         # hung cases killed so far: the device may still be busy with them
+        self.checks_end = 0    # hangs up to this count need no more checks (a check failed after them)
+        self.device_failed = None   # notes for every later result once a device check has failed
+        self.unfinished = []
         self._should_stop = lambda: False
+        self._on_event = lambda event: None
 
     # -- lifecycle ---------------------------------------------------------
     def _spawn(self):
@@ -207,6 +227,7 @@ class Pool:
             worker = _Worker(self.command, self.env)
         except OSError as e:
             raise WorkerError(f"cannot start a worker with {self.command[0]}: {e}") from None
+        worker.hangs_seen = self.checks_end
         self.selector.register(worker.proc.stdout, selectors.EVENT_READ, worker)
         self.workers.append(worker)
         return worker
@@ -274,10 +295,14 @@ class Pool:
         return os.read(worker.proc.stdout.fileno(), 1 << 16) if ready else None
 
     # -- the sweep ------------------------------------------------------------
-    def run(self, pairs, on_case, on_pair, should_stop=lambda: False):
-        """Run every pair ({"op", "dtype", "done": [indices recorded]}) to completion."""
-        queue = collections.deque(dict(p, done=list(p.get("done", ())), attempts=0) for p in pairs)
+    def run(self, pairs, on_case, on_pair, should_stop=lambda: False, on_event=None):
+        """Run every pair ({"op", "dtype", "done": [indices recorded]}) to completion,
+        or to `unfinished` (see the class)."""
+        queue = collections.deque(dict(p, done=list(p.get("done", ())), attempts=0, skip_passes=[])
+                                  for p in pairs)
         self._should_stop = should_stop
+        self._on_event = on_event or (lambda event: None)
+        self.unfinished = []
         while queue or any(w.task for w in self.workers):
             if should_stop():
                 return
@@ -349,7 +374,7 @@ class Pool:
     def _next_task(self, worker):
         """The pair just ended: the one sent ahead (if any) is the worker's task now."""
         worker.task, worker.ahead = worker.ahead, None
-        worker.index = worker.sample = None
+        worker.index = worker.sample = worker.stage = worker.notes = None
         if worker.task is not None:
             worker.deadline = time.monotonic() + max(self.timeout, STARTUP_BUDGET_S)
 
@@ -358,7 +383,7 @@ class Pool:
             worker.ahead = pair
         else:
             worker.task = pair
-            worker.index = worker.sample = None
+            worker.index = worker.sample = worker.stage = worker.notes = None
             worker.deadline = time.monotonic() + max(self.timeout, STARTUP_BUDGET_S)
         message = {"cmd": pair.get("cmd", "pair"), "op": pair["op"], "dtype": pair["dtype"],
                    "done": pair["done"]}
@@ -366,6 +391,8 @@ class Pool:
             message["passes"] = self.config["passes"]
         if "calls" in pair:  # a model's calls to replay, instead of OpInfo samples
             message["calls"] = pair["calls"]
+        if pair.get("skip_passes"):   # their sample generation killed a worker: charged already
+            message["skip_passes"] = pair["skip_passes"]
         if worker.hangs_seen < self.hangs:  # a hung case was killed since: is the device answering?
             message["health_check"] = True
             worker.hangs_seen = self.hangs
@@ -391,10 +418,23 @@ class Pool:
         if kind == "begin":
             worker.index, worker.sample = message["index"], message["sample"]
             worker.pass_ = message.get(PASS_COLUMN, FORWARD)
+            worker.stage = None
+        elif kind == "stage":   # outside a case: a device check, or a pass's sample generation
+            worker.stage = message["stage"]
+            worker.pass_ = message.get(PASS_COLUMN, FORWARD)
+            if worker.stage == "health":
+                worker.deadline = time.monotonic() + self.health_s + HEALTH_GRACE_S
+        elif kind == "health":
+            worker.stage = None
+            worker.notes = {"after_hang": True}
+            if message.get("took_ms") is not None:
+                worker.notes["health_check_ms"] = message["took_ms"]
+            else:
+                self._device_failure(pair, "hang" if message.get("hung") else "error", message["detail"])
         elif kind == "result":
             index = message.pop("index")
             pair["done"].append(case_key(index, message.get(PASS_COLUMN) or FORWARD))
-            on_case(pair, index, worker.sample, message)
+            on_case(pair, index, worker.sample, self._noted(worker, message))
             worker.index = worker.sample = None
         elif kind == "pair_done":
             self._next_task(worker)
@@ -412,12 +452,32 @@ class Pool:
             on_pair(pair, index + 1)
             self._next_task(worker)
 
+    def _noted(self, worker, result):
+        """`result` with what the device checks said: its pair's check, and a failed one earlier."""
+        notes = dict(worker.notes or {}, **(self.device_failed or {}))
+        if not notes:
+            return result
+        return dict(result, notes=dict(result.get("notes") or {}, **notes))
+
+    def _device_failure(self, pair, kind, detail, lines=(), signum=None):
+        """A device check failed (it crashed, hung or raised): recorded once as a device event,
+        every later result flagged, and no more checks for the hangs so far (a broken device
+        would fail each one): the cases themselves still run, each recorded as what it does."""
+        self.device_failed = {"after_device_failure": True}
+        self.checks_end = self.hangs
+        for worker in self.workers:
+            worker.hangs_seen = max(worker.hangs_seen, self.hangs)
+        self._on_event({"kind": "device_check_failed", "how": kind, "detail": detail,
+                        "signal": signum, "stderr_tail": "\n".join(lines) or None,
+                        "before_op": pair["op"] if pair else None, "before_dtype": pair["dtype"] if pair else None})
+
     def _lost(self, worker, queue, on_case, on_pair, timed_out):
-        """A worker died or overran: charge the case in flight, requeue the rest."""
+        """A worker died or overran: charge the case in flight (only a case: never one
+        its death outside any case would blame), requeue the rest of its pair."""
         if worker.ahead is not None:   # sent ahead, not begun: another worker runs it
             queue.appendleft(worker.ahead)
             worker.ahead = None
-        pair, index, sample, pass_ = worker.task, worker.index, worker.sample, worker.pass_
+        pair, index, sample, pass_, stage = worker.task, worker.index, worker.sample, worker.pass_, worker.stage
         if pair is None:
             self._retire_dead(worker)
             return
@@ -425,18 +485,35 @@ class Pool:
         lines = worker.stderr_lines()
         tail = lines[-1] if lines else ""
         self._retire(worker)
-        between_cases = index is None
-        if between_cases:
-            # Died outside any case (sample generation, say): retry once, then charge the pair.
+        why = (f"no reply within {self.timeout:g} s; killed" if timed_out
+               else text + (f": {tail}" if tail else ""))
+        if index is None and stage == "health":
+            # The device check itself failed: the device's event, not any case's.
+            how = "hang" if timed_out else ("signal" if signum else "exit")
+            self._device_failure(pair, how, why, lines, signum)
+            queue.appendleft(pair)
+            self.say(f"the device check after a killed hang failed ({why}); recorded as a device "
+                     f"event, later results flagged; {pair['op']} {pair['dtype']} runs again, no case lost")
+            return
+        if index is None and stage != "samples":
+            # Lost between cases, outside anything it announced: no case to charge.
             pair["attempts"] += 1
-            if pair["attempts"] < 2:
+            self._on_event({"kind": "worker_lost", "how": "hang" if timed_out else ("signal" if signum else "exit"),
+                            "detail": why, "signal": signum, "stderr_tail": "\n".join(lines) or None,
+                            "before_op": pair["op"], "before_dtype": pair["dtype"]})
+            if pair["attempts"] < PAIR_ATTEMPTS:
                 queue.appendleft(pair)
-                why = (f"no reply within {self.timeout:g} s; killed" if timed_out
-                       else text + (f": {tail}" if tail else ""))
                 self.say(f"a worker was lost between cases of {pair['op']} {pair['dtype']} "
                          f"({why}); the pair runs again, no case lost")
-                return
-            index, sample, pass_ = _next_index(pair), "(between cases)", FORWARD
+            else:
+                self.unfinished.append({"op": pair["op"], "dtype": pair["dtype"], "why": why})
+                self.say(f"{pair['op']} {pair['dtype']}: its worker was lost between cases "
+                         f"{PAIR_ATTEMPTS} times ({why}); the pair is left unfinished and the run "
+                         "will not be complete")
+            return
+        if index is None:   # died making a pass's samples: that pass is charged, the others still run
+            index, sample = 0, "(sample generation)"
+            pair["skip_passes"].append(pass_)
         if timed_out:
             result = {"status": TIMEOUT, "check_kind": "none", "reason_kind": "hang",
                       "reason": f"no result within {self.timeout:g} s; worker killed"}
@@ -449,11 +526,8 @@ class Pool:
             result.update(_evidence(lines))
         result[PASS_COLUMN] = pass_
         pair["done"].append(case_key(index, pass_))
-        on_case(pair, index, sample, result)
-        if between_cases:  # it died twice outside any case: the pair ends here
-            on_pair(pair, index + 1)
-        else:
-            queue.appendleft(pair)
+        on_case(pair, index, sample, self._noted(worker, result))
+        queue.appendleft(pair)
 
 
 def select_one(stream, timeout, events=selectors.EVENT_READ):

@@ -185,9 +185,15 @@ class Sweep:
                 for pair in self.pairs if (pair["op"], pair["dtype"]) not in done_pairs]
 
     def run(self, todo, on_case=None, on_pair=None, should_stop=lambda: False):
-        """Run `todo` to the end (or until should_stop()); returns (state, total, counts)."""
+        """Run `todo` to the end (or until should_stop()); returns (state, total, counts).
+
+        The state is "complete" only when every pair of `todo` finished; a pair whose
+        worker was lost between cases too often leaves the run "incomplete" (listed
+        in self.unfinished; resuming retries it). Events outside any case are in
+        self.events."""
         started = time.monotonic()
         state = "interrupted"
+        self.unfinished, self.events = [], []
 
         def case(pair, index, sample, result):
             self.writer.record(pair, index, sample, result)
@@ -198,11 +204,16 @@ class Sweep:
             self.writer.pair_done(pair, n)
             if on_pair:
                 on_pair(pair, n)
+
+        def event(happened):
+            self.writer.event(happened)
+            self.events.append(happened)
         try:
             with self.pool:
-                self.pool.run(todo, case, pair_finished, should_stop)
+                self.pool.run(todo, case, pair_finished, should_stop, on_event=event)
+            self.unfinished = list(self.pool.unfinished)
             if not should_stop():
-                state = "complete"
+                state = "incomplete" if self.unfinished else "complete"
         except BaseException:
             # The sweep's own error is what the user sees; the run stays resumable
             # even when it cannot be marked (a full disk refuses that too).

@@ -1,7 +1,12 @@
 """The worker: a subprocess that runs cases and reports them as JSON lines.
 
-It talks over the file descriptor that started as its stdout; fd 1 itself is
-pointed at stderr, so whatever an op prints cannot corrupt the protocol.
+It reads requests from, and replies over, private duplicates of the pipes
+that started as its stdin and stdout. Before each case (and each device
+check) fds 0, 1 and 2 are made anew (CaseStdio): stdin reads /dev/null, stdout
+and stderr write to the log the parent reads after a crash, emptied first, so
+whatever an op prints cannot corrupt the protocol, a crash's stderr holds its
+own case's output only, and a case that closes or redirects those fds harms
+no later case.
 A crash or hang here costs the parent one case: it reads "begin" before each
 case, so it always knows which case was running. Each case runs in the
 worker's own process group, killed when the case ends (groups.py), and each
@@ -16,8 +21,12 @@ Requests (stdin, one JSON object a line):
   {"cmd": "describe"}                      -> {"type": "describe", "env": {...}}
   {"cmd": "plan", "ops": [...], "dtypes": [...]} -> {"type": "plan", "pairs": [...]}
   {"cmd": "pair", "op": ..., "dtype": ..., "passes": [...], "done": [case keys already recorded],
-   "health_check": true after a hung case was killed (optional)}
-      -> {"type": "begin", "index": i, "pass": p, "sample": "..."} and
+   "health_check": true after a hung case was killed (optional),
+   "skip_passes": [passes whose sample generation killed a worker, charged already] (optional)}
+      -> with health_check, first {"type": "stage", "stage": "health"} and
+         {"type": "health", "took_ms": ms} or {"type": "health", "took_ms": null, "hung": bool, "detail": ...};
+         for each pass {"type": "stage", "stage": "samples", "pass": p}, then
+         {"type": "begin", "index": i, "pass": p, "sample": "..."} and
          {"type": "result", "index": i, "pass": p, ...} for each sample of each pass
          the op has (a case key: the index for forward, "i|pass" otherwise,
          plan.case_key), then {"type": "pair_done", "n_cases": n}
@@ -28,13 +37,13 @@ Any request can instead answer {"type": "fatal", "message": "..."}.
 import contextlib
 import json
 import os
+import stat
 import sys
 import threading
 import time
 
 from .groups import CaseGroups
 
-HEALTH_CHECK_S = 10.0
 
 
 def _watch_parent(groups):
@@ -49,13 +58,44 @@ def _watch_parent(groups):
             os._exit(0)
 
 
+class CaseStdio:
+    """The worker's own channels, kept apart from fds 0, 1 and 2, which each case gets anew."""
+
+    def __init__(self):
+        # os.dup: not inherited by what an op starts.
+        self.requests = os.fdopen(os.dup(0), "r")
+        self.replies = os.fdopen(os.dup(1), "w")
+        self._log = os.dup(2)
+        self._null = os.open(os.devnull, os.O_RDONLY)
+        self._stderr = sys.stderr
+        # The pool's log is a file; a worker started by hand may write to a terminal or pipe.
+        self._emptied = stat.S_ISREG(os.fstat(self._log).st_mode)
+        self.fresh()
+
+    def fresh(self):
+        """Fds 0, 1 and 2 as a case should find them, and the log emptied of earlier output."""
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass   # a case closed it: what it held is not this case's
+        os.dup2(self._null, 0)
+        os.dup2(self._log, 1)
+        os.dup2(self._log, 2)
+        sys.stdout = sys.stderr = self._stderr
+        if self._emptied:
+            os.ftruncate(self._log, 0)
+            os.lseek(self._log, 0, os.SEEK_SET)
+
+
 class Worker:
-    def __init__(self, config, send, groups=None):
+    def __init__(self, config, send, groups=None, stdio=None):
         import torch
         from . import devices
         self.torch = torch
         self.config = config
         self.send = send
+        self.stdio = stdio
         # TORCH_WARN_ONCE (the MPS fallback warning) fires every time only with this.
         torch.set_warn_always(True)
         threads = config.get("threads")
@@ -63,7 +103,7 @@ class Worker:
             torch.set_num_threads(threads)
         self.target = devices.resolve(config.get("device", "auto"), config.get("backend"))
         self._opinfos = None
-        self.case = groups.case if groups else contextlib.nullcontext
+        self.groups = groups
         self._aten_cache = {}  # pass -> {(op, dtype, sample signature): the aten ops it dispatches}
         self.modes = self._precision(config.get("strict_precision", False))
         if config.get("catalogue"):   # a sweep's worker needs it for every pair: load it before the first
@@ -78,6 +118,25 @@ class Worker:
             self._strict.__enter__()
         return self.target.precision_modes()
 
+    @contextlib.contextmanager
+    def case(self):
+        """One case: fresh fds 0/1/2, run in the worker's own process group, and what it
+        left running killed after it (named in `self.killed`)."""
+        if self.stdio:
+            self.stdio.fresh()
+        if self.groups is None:
+            yield
+            return
+        with self.groups.case():
+            yield
+
+    def killed_notes(self, result):
+        """`result` with what its case left running and was killed for it, if anything."""
+        killed = self.groups.killed if self.groups else None
+        if not killed:
+            return result
+        return dict(result, notes=dict(result.get("notes") or {}, killed_after_case=killed))
+
     @property
     def opinfos(self):
         if self._opinfos is None:
@@ -90,23 +149,37 @@ class Worker:
         return opinfo.load_op_db()
 
     def start_pair(self, request):
-        """Each pair starts from a small device cache (no pair pays for another's memory)
-        and, after a killed hang, a device check: the notes for its results, or None."""
+        """After a killed hang, a device check first; then each pair starts from a small
+        device cache (no pair pays for another's memory)."""
+        if request.get("health_check"):
+            self.health_check()
         self.target.trim_cache()
-        return self.health_check() if request.get("health_check") else None
 
     def health_check(self):
-        """After a hung case was killed, is the device answering again? Notes for the results that follow.
+        """After a hung case was killed, is the device answering again? Told to the parent,
+        which notes the results that follow and records a failure as the device's event.
 
         A killed process's GPU work may still be running (pytorch#135442): the
-        timings taken next are flagged with how long a tiny synchronised op took,
-        or that it did not finish within HEALTH_CHECK_S.
+        timings taken next are flagged with how long a tiny synchronised op took.
+        The check is announced first, so a check that kills or holds this process
+        is the device's failure, never charged to a case.
         """
-        took = self.target.health_check(HEALTH_CHECK_S)
+        from .classify import first_line
+        limit = self.config.get("health_check_s", 10.0)
+        self.send({"type": "stage", "stage": "health"})
+        if self.stdio:
+            self.stdio.fresh()   # a crash's stderr is the check's own
+        try:
+            took = self.target.health_check(limit)
+        except Exception as e:
+            self.send({"type": "health", "took_ms": None, "hung": False,
+                       "detail": f"the device check raised {type(e).__name__}: {first_line(e)}"})
+            return
         if took is None:
-            return {"after_hang": True, "device_busy": True,
-                    "health_check": f"a tiny op did not finish within {HEALTH_CHECK_S:g} s"}
-        return {"after_hang": True, "health_check_ms": round(took, 3)}
+            self.send({"type": "health", "took_ms": None, "hung": True,
+                       "detail": f"a tiny op did not finish within {limit:g} s"})
+        else:
+            self.send({"type": "health", "took_ms": round(took, 3)})
 
     def describe(self, request):
         from . import environment
@@ -127,14 +200,16 @@ class Worker:
         from mpsprobe.vocabulary import FORWARD, PASSES
         op = opinfo.find(self.opinfos, request["op"])
         dtype = opinfo.parse_dtype(request["dtype"])
-        after_hang = self.start_pair(request)
+        self.start_pair(request)
         done = set(request.get("done") or ())
+        skip = set(request.get("skip_passes") or ())
         n_cases = 0
         for pass_ in opinfo.passes(op, dtype, request.get("passes") or (FORWARD,)):
-            n_cases += self._pass(op, dtype, pass_, request["op"], done, after_hang)
+            # A pass whose samples could not be made without killing a worker: its one case is recorded.
+            n_cases += 1 if pass_ in skip else self._pass(op, dtype, pass_, request["op"], done)
         self.send({"type": "pair_done", "n_cases": n_cases})
 
-    def _pass(self, op, dtype, pass_, key, done, after_hang):
+    def _pass(self, op, dtype, pass_, key, done):
         """The cases of one pass; returns how many it holds."""
         from mpsprobe.ops import opinfo, samples as sample_tools
         from mpsprobe.vocabulary import BACKWARD, FORWARD, OUT, PASS_COLUMN, PROBE_FAULT, SKIP
@@ -144,7 +219,11 @@ class Worker:
         from .judge import REFERENCE_FAILED
         from .plan import case_key
         from .variants import out_form, run_variant_case
-        self._flush()   # the last pass's held result goes out before sample generation runs
+        # Announced, with the last pass's held result, before sample generation runs.
+        self._hold({"type": "stage", "stage": "samples", PASS_COLUMN: pass_})
+        self._flush()
+        if self.stdio:
+            self.stdio.fresh()
         try:
             cases = opinfo.samples(op, dtype, self.config.get("samples", 3), requires_grad=pass_ == BACKWARD)
         except Exception as e:
@@ -177,7 +256,7 @@ class Worker:
                           "reason": f"mpsprobe could not judge this case: {type(e).__name__}: {first_line(e)}",
                           "error_type": type(e).__name__, "message": str(e)[:500]}
             result[PASS_COLUMN] = pass_
-            self._hold({"type": "result", "index": index, **flagged(result, after_hang)})
+            self._hold({"type": "result", "index": index, **self.killed_notes(result)})
         return len(cases)
 
     def _hold(self, message):
@@ -193,7 +272,7 @@ class Worker:
         """A pair of a model's captured calls (modelcheck.replay.pairs), each a case."""
         from mpsprobe.modelcheck.replay import decode, run_call
         done = set(request.get("done") or ())
-        after_hang = self.start_pair(request)
+        self.start_pair(request)
         calls = [decode(text) for text in request["calls"]]
         for call in calls:
             if call.index in done:
@@ -202,15 +281,8 @@ class Worker:
             with self.case():
                 result = run_call(call, self.target, timing=self.config.get("timing", True),
                                   modes=self.modes)
-            self._hold({"type": "result", "index": call.index, **flagged(result, after_hang)})
+            self._hold({"type": "result", "index": call.index, **self.killed_notes(result)})
         self.send({"type": "pair_done", "n_cases": len(calls)})
-
-
-def flagged(result, after_hang):
-    """`result` with the device check's notes, when one ran before its pair."""
-    if after_hang is None:
-        return result
-    return dict(result, notes=dict(result.get("notes") or {}, **after_hang))
 
 
 class _Sender:
@@ -236,14 +308,12 @@ class _Sender:
 
 
 def main(config_json):
-    protocol = os.fdopen(os.dup(1), "w")   # os.dup: not inherited by children
-    os.dup2(2, 1)
-    sys.stdout = sys.stderr
-    send = _Sender(protocol, json.loads(sys.stdin.readline()))   # the parent's first line
+    stdio = CaseStdio()
+    send = _Sender(stdio.replies, json.loads(stdio.requests.readline()))   # the parent's first line
     groups = CaseGroups()
     threading.Thread(target=_watch_parent, args=(groups,), daemon=True).start()
     try:
-        _serve(json.loads(config_json), send, groups)
+        _serve(json.loads(config_json), send, groups, stdio)
     except BaseException as e:  # SystemExit, KeyboardInterrupt, a reply channel gone, ...
         try:
             send.flush()   # a result held for the next write is still a result
@@ -256,15 +326,15 @@ def main(config_json):
         os._exit(e.code if isinstance(e, SystemExit) and isinstance(e.code, int) else 1)
 
 
-def _serve(config, send, groups):
+def _serve(config, send, groups, stdio):
     try:
-        worker = Worker(config, send, groups)
+        worker = Worker(config, send, groups, stdio)
     except Exception as e:
         send({"type": "fatal", "message": str(e) or type(e).__name__})
         return
     profile = _Profile.from_env()
     while True:
-        line = sys.stdin.readline()   # a call, not iteration: a profile shows the wait
+        line = stdio.requests.readline()   # a call, not iteration: a profile shows the wait
         if not line:
             break
         request = json.loads(line)
