@@ -376,6 +376,69 @@ def record_declared_history(db="mpsprobe.db", versions="2.0..2.13", cache_dir=No
     return results
 
 
+def build_knowledge(path, versions=None, wheels=(), installed=None, cache_dir=None, *,
+                    on_version=None, downloader=None, list_versions=None, opinfos=None):
+    """Write the knowledge base file (ops/declared/bundle.py) for these torch releases.
+
+    `versions` ("2.0..2.15") downloads each release's macOS arm64 wheel as
+    record_declared_history does; else `wheels` and/or the installed torch
+    (default when neither is given). Nothing is recorded in any database.
+    Returns one dict per release: asked, torch_version, ok, error, seconds.
+    Raises MpsprobeError when no release could be read (and writes nothing).
+    """
+    import time
+    from mpsprobe.ops.declared import bundle, history, reading, wheel
+    from mpsprobe.ops.opinfo import load_op_db
+    sources = []       # (asked, a thunk giving the TorchFiles)
+    if versions is not None:
+        wanted = history.parse_range(versions)
+        cache_dir = cache_dir or history.default_cache()
+        listing_error = None
+        try:
+            available = (list_versions or history.pip_versions)()
+        except history.DownloadError as e:
+            available, listing_error = history.cached_versions(cache_dir), str(e)
+        for asked, version in history.resolve(wanted, available):
+            def files(asked=asked, version=version):
+                if version is None:
+                    raise history.DownloadError(listing_error or f"PyPI has no torch {asked} release")
+                return wheel.from_wheel(history.fetch(version, cache_dir,
+                                                      downloader or history.pip_download))
+            sources.append((asked, files))
+    sources += [(w, lambda w=w: wheel.from_wheel(w)) for w in wheels]
+    if installed or (installed is None and versions is None and not wheels):
+        sources.append(("installed", wheel.installed))
+    opinfos = load_op_db() if opinfos is None else opinfos
+    entries, results = {}, []
+    for asked, files in sources:
+        started = time.monotonic()
+        item = {"asked": asked, "torch_version": None, "ok": False, "error": None}
+        try:
+            release, found = bundle.entry(files(), opinfos)
+            item.update(torch_version=release, ok=True,
+                        kernels=sum(len(v) for v in found["kernels"].values()),
+                        rows=len(found["declared"]),
+                        failed_sources=sorted(k for k, v in found["sources"].items() if v))
+            entries[release] = found
+        except MpsprobeError as e:
+            item["error"] = str(e)
+        item["seconds"] = round(time.monotonic() - started, 1)
+        results.append(item)
+        if on_version:
+            on_version(item)
+    if not entries:
+        raise reading.DeclaredError("no release could be read", results)
+    raw = bundle.dumps(bundle.bundle(entries, wheel.installed().torch_version))
+    scratch = f"{path}.part"
+    try:
+        with open(scratch, "wb") as f:
+            f.write(raw)
+        os.replace(scratch, path)
+    except OSError as e:
+        raise MpsprobeError(f"--bundle {path}: {e.strerror}") from None
+    return results
+
+
 def merge(sources, output, say=lambda report: None):
     """Merge mpsprobe databases into `output`; returns a report per source."""
     from mpsprobe.db.merge import merge as merge_dbs
