@@ -16,6 +16,8 @@ import os
 
 from mpsprobe.errors import MpsprobeError
 
+DEFAULT_DB = "mpsprobe.db"
+
 
 def _split(value):
     """A list from a list, a tuple or a comma-separated string."""
@@ -159,7 +161,7 @@ def _torch_threads():
     return torch.get_num_threads()
 
 
-def check_model(model, example_inputs=None, db="mpsprobe.db", *, input_shape=None, train=False,
+def check_model(model, example_inputs=None, db=None, *, input_shape=None, train=False,
                 optimizer="sgd", dtype=None, run=False, device="auto", backend=None, timing=True,
                 torch=None, macos=None, run_id=None, export=None, name=None, workers=1,
                 timeout=60.0, batches=None, strict_precision=False, say=None):
@@ -169,8 +171,12 @@ def check_model(model, example_inputs=None, db="mpsprobe.db", *, input_shape=Non
     arguments or a dict of keyword arguments), a .py file defining build(),
     "torchvision:NAME" (with `input_shape`), or an op list `export` wrote
     (.json). `train`: capture backward and an optimizer step too.
-    The answers come from the run picker's run (mpsprobe.db.query.runs), or one
-    chosen by `torch`, `macos`, `device` and `run_id`. `run=True` instead replays
+    An MPS question (`device` "auto" or "mps") is answered from the best
+    evidence there is (mpsprobe.db.query.knowledge): a measured MPS run
+    (the run picker's, mpsprobe.db.query.runs, narrowed by `torch` and `macos`),
+    its gaps filled from what PyTorch declares; with no such run, from the
+    bundled declarations of the `torch` release for the `macos` asked about.
+    Another `device`, or `run_id`, answers from that run alone. `run=True` instead replays
     the model's calls on `device` here, in isolated workers, and records them
     (`strict_precision`: with the device's reduced-precision modes off).
     `batches` (with `run`: sizes like (1, 8, 32) or "1,8,32") also times one whole
@@ -182,7 +188,8 @@ def check_model(model, example_inputs=None, db="mpsprobe.db", *, input_shape=Non
     from mpsprobe.db.query import runs as runs_q
     from mpsprobe.modelcheck import capture, report as reporting
     say = say or (lambda text: None)
-    db_path = str(db)
+    # No database named: mpsprobe.db when there is one, else the bundled declarations alone.
+    db_path = str(db) if db is not None else DEFAULT_DB
     if run and (torch or macos or run_id):
         raise MpsprobeError("--run measures this machine: --torch, --macos and --run-id do not apply")
     is_list = isinstance(model, (str, os.PathLike)) and str(model).endswith(".json")
@@ -200,7 +207,8 @@ def check_model(model, example_inputs=None, db="mpsprobe.db", *, input_shape=Non
         from mpsprobe.modelcheck import batches as batch_sweeps
         batches = batch_sweeps.parse_batches(batches if isinstance(batches, str)
                                              else ",".join(map(str, batches)))
-    store = schema.open_db(db_path, readonly=not run)
+    store = None if db is None and not run and not os.path.exists(db_path) \
+        else schema.open_db(db_path, readonly=not run)
     try:
         model_ms = sweep = None
         if run:
@@ -240,7 +248,7 @@ def check_model(model, example_inputs=None, db="mpsprobe.db", *, input_shape=Non
                     _loaded(model, example_inputs, input_shape, dtype, name), batches, device, backend,
                     store, writer.run_id, train=train, optimizer=optimizer, say=say)
         else:
-            chosen = runs_q.pick_run(store.conn, run_id=run_id, torch=torch, macos=macos, device=device)
+            chosen, declared = _answering(store and store.conn, run_id, torch, macos, device)
             if is_list:
                 try:
                     with open(model) as f:
@@ -252,19 +260,57 @@ def check_model(model, example_inputs=None, db="mpsprobe.db", *, input_shape=Non
             else:
                 model_ops = capture.capture(
                     _loaded(model, example_inputs, input_shape, dtype, name), train=train,
-                    optimizer=optimizer, portable=chosen["device"] != "cpu")
+                    optimizer=optimizer, portable=chosen is None or chosen["device"] != "cpu")
         if export:
             try:
                 with open(export, "w") as f:
                     json.dump(model_ops.to_json(), f, indent=2)
             except OSError as e:
                 raise MpsprobeError(f"--export {export}: {e.strerror}") from None
-        report = reporting.answer(store.conn, model_ops, chosen, model_ms=model_ms,
-                                  recorded_in=db_path if run else None)
+        report = reporting.answer(store and store.conn, model_ops, chosen, model_ms=model_ms,
+                                  recorded_in=db_path if run else None,
+                                  declared=None if run else declared,
+                                  db_path=db_path if store else None)
         report.batch_sweep = sweep
+        report.db_missing = None if store else db_path
         return report
     finally:
-        schema.close(store) if run else store.conn.close()
+        if run:
+            schema.close(store)
+        elif store is not None:
+            store.conn.close()
+
+
+def _answering(conn, run_id, torch, macos, device):
+    """(the run that answers or None, a modelcheck.declared.Declared or None): see check_model."""
+    from importlib import metadata
+    from mpsprobe.db.query import knowledge, runs as runs_q
+    from mpsprobe.modelcheck.declared import Declared
+    from mpsprobe.modelcheck.report import this_macos
+    kind = (device or "auto").split(":", 1)[0]
+    if conn is not None and (run_id or kind not in ("auto", "mps")):
+        return runs_q.pick_run(conn, run_id=run_id, torch=torch, macos=macos, device=device), None
+    if conn is None and (run_id or kind not in ("auto", "mps")):
+        raise MpsprobeError(f"cannot read {DEFAULT_DB}: it does not exist (only MPS questions "
+                            "are answered without a database, from what PyTorch declares)")
+    try:
+        chosen = conn and runs_q.pick_run(conn, torch=torch, macos=macos, device=device,
+                                          mps_question=True)
+    except runs_q.RunNotFound:
+        chosen = None
+    if chosen is not None and chosen.get("backend"):
+        return chosen, None          # a test backend answers for itself, labelled
+    try:
+        installed = metadata.version("torch")
+    except metadata.PackageNotFoundError:
+        installed = None
+    kb = knowledge.load()
+    if chosen is None:
+        release = knowledge.release_for(kb, torch, installed)
+        return None, Declared(release, macos or this_macos())
+    release = knowledge.release_for(kb, installed=chosen["torch_version"])
+    measured_on = chosen.get("os_version") if chosen.get("os_name") == "macOS" else None
+    return chosen, Declared(release, macos or measured_on)
 
 
 def findings(db="mpsprobe.db", run=None, against=None):

@@ -22,7 +22,7 @@ BACKEND_MACOS = (((2, 0), "12.3", "mps_needs_macos_12_3"),
 RULES = (
     {"name": "no_float64", "kind": "dtype", "dtype": "float64", "min_macos": None,
      "status": UNSUPPORTED, "reason_kind": "dtype", "family": "float64_from_mps",
-     "says": "MPS has no float64 at all",
+     "says": "MPS has no float64 at all: cast to float32 before .to('mps')",
      "example": "Cannot convert a MPS Tensor to float64 dtype as the MPS framework doesn't "
                 "support float64. Please use float32 instead."},
     {"name": "no_complex128", "kind": "dtype", "dtype": "complex128", "min_macos": None,
