@@ -429,7 +429,7 @@ def build_knowledge(path, versions=None, wheels=(), installed=None, cache_dir=No
     `versions` ("2.0..2.15") downloads each release's macOS arm64 wheel as
     record_declared_history does; else `wheels` and/or the installed torch
     (default when neither is given). Nothing is recorded in any database.
-    Returns one dict per release: asked, torch_version, ok, error, seconds.
+    Returns one dict per release: asked, torch_version, ok, why (it failed), seconds.
     Raises MpsprobeError when no release could be read (and writes nothing).
     """
     import time
@@ -458,7 +458,7 @@ def build_knowledge(path, versions=None, wheels=(), installed=None, cache_dir=No
     entries, results = {}, []
     for asked, files in sources:
         started = time.monotonic()
-        item = {"asked": asked, "torch_version": None, "ok": False, "error": None}
+        item = {"asked": asked, "torch_version": None, "ok": False, "why": None}
         try:
             release, found = bundle.entry(files(), opinfos)
             item.update(torch_version=release, ok=True,
@@ -467,7 +467,7 @@ def build_knowledge(path, versions=None, wheels=(), installed=None, cache_dir=No
                         failed_sources=sorted(k for k, v in found["sources"].items() if v))
             entries[release] = found
         except MpsprobeError as e:
-            item["error"] = str(e)
+            item["why"] = str(e)
         item["seconds"] = round(time.monotonic() - started, 1)
         results.append(item)
         if on_version:

@@ -130,7 +130,7 @@ def _bundle(path, versions, wheels, installed, cache_dir, as_json):
             said = (f"torch {r['torch_version']}: {r['kernels']} aten functions, {r['rows']} "
                     f"declared rows" + (f" (could not read: {', '.join(r['failed_sources'])})"
                                         if r["failed_sources"] else "")
-                    if r["ok"] else f"FAILED: {r['error']}")
+                    if r["ok"] else f"FAILED: {r['why']}")
             click.echo(f"{r['asked']:<10} {said}  [{r['seconds']} s]")
         if not failed:
             import os

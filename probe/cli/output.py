@@ -126,7 +126,8 @@ def findings(report, limit):
     from mpsprobe.db.query.findings import KINDS
     run, dec = report["run"], report["declared"]
     lines = [f"run {run['id'][:12]} ({run['device']}, torch {run['torch_version']}) vs "
-             f"declared {dec['device']} for torch {dec['torch_version']} ({dec['pairs']} pairs)"]
+             f"declared {dec['device']} for torch {dec['torch_version']} ({dec['pairs']} pairs, "
+             f"from the {dec.get('from', 'database')})"]
     if dec["device"] == "cuda":       # OpInfo's dtype table: the probe checks itself against it
         upstream = {"stale_xfail": "OpInfo under-declares, or the probe misses a failure",
                     "undeclared_failure": "OpInfo over-declares, or the probe fails wrongly"}
