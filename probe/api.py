@@ -248,7 +248,11 @@ def check_model(model, example_inputs=None, db=None, *, input_shape=None, train=
                     _loaded(model, example_inputs, input_shape, dtype, name), batches, device, backend,
                     store, writer.run_id, train=train, optimizer=optimizer, say=say)
         else:
-            chosen, declared = _answering(store and store.conn, run_id, torch, macos, device)
+            from mpsprobe.modelcheck.declared import answering
+            if store is None and (run_id or (device or "auto").split(":")[0] not in ("auto", "mps")):
+                raise MpsprobeError(f"cannot read {DEFAULT_DB}: it does not exist (only MPS questions "
+                                    "are answered without a database, from what PyTorch declares)")
+            chosen, declared = answering(store and store.conn, run_id, torch, macos, device)
             if is_list:
                 try:
                     with open(model) as f:
@@ -281,38 +285,6 @@ def check_model(model, example_inputs=None, db=None, *, input_shape=None, train=
             store.conn.close()
 
 
-def _answering(conn, run_id, torch, macos, device):
-    """(the run that answers or None, a modelcheck.declared.Declared or None): see check_model."""
-    from importlib import metadata
-    from mpsprobe.db.query import knowledge, runs as runs_q
-    from mpsprobe.modelcheck.declared import Declared
-    from mpsprobe.modelcheck.report import this_macos
-    kind = (device or "auto").split(":", 1)[0]
-    if conn is not None and (run_id or kind not in ("auto", "mps")):
-        return runs_q.pick_run(conn, run_id=run_id, torch=torch, macos=macos, device=device), None
-    if conn is None and (run_id or kind not in ("auto", "mps")):
-        raise MpsprobeError(f"cannot read {DEFAULT_DB}: it does not exist (only MPS questions "
-                            "are answered without a database, from what PyTorch declares)")
-    try:
-        chosen = conn and runs_q.pick_run(conn, torch=torch, macos=macos, device=device,
-                                          mps_question=True)
-    except runs_q.RunNotFound:
-        chosen = None
-    if chosen is not None and chosen.get("backend"):
-        return chosen, None          # a test backend answers for itself, labelled
-    try:
-        installed = metadata.version("torch")
-    except metadata.PackageNotFoundError:
-        installed = None
-    kb = knowledge.load()
-    if chosen is None:
-        release = knowledge.release_for(kb, torch, installed)
-        return None, Declared(release, macos or this_macos())
-    release = knowledge.release_for(kb, installed=chosen["torch_version"])
-    measured_on = chosen.get("os_version") if chosen.get("os_name") == "macOS" else None
-    return chosen, Declared(release, macos or measured_on)
-
-
 def findings(db="mpsprobe.db", run=None, against=None):
     """Where a run (default: the run picker's) disagrees with what PyTorch declares, as a dict."""
     from mpsprobe.db.query import findings as findings_q
@@ -324,15 +296,36 @@ def findings(db="mpsprobe.db", run=None, against=None):
 
 
 def op_statuses(db="mpsprobe.db", run=None):
-    """(run, {op id: worst status over its dtypes}) of a run (default: the run picker's)."""
-    from mpsprobe.db.query import matrix, runs
+    """(what answers, {op id: worst status over its dtypes}) for the MPS question "does it work?".
+
+    From the best evidence (mpsprobe.db.query.knowledge): a measured MPS run (or a
+    test backend's, labelled), else what PyTorch declares for MPS in the installed
+    torch's release; never a CPU or CUDA run, unless `run` (an id) picks one.
+    What answers is a runs row with `rank` added, or, for declarations, a dict
+    with id None, rank, device "mps" and torch_version (the declared release).
+    """
+    from importlib import metadata
+    from mpsprobe.db.query import knowledge, matrix, runs
     from mpsprobe.vocabulary import worst
     store = open_db(db, readonly=True)
     try:
-        picked = runs.pick_run(store.conn, run_id=run)
+        try:
+            picked = runs.pick_run(store.conn, run_id=run, mps_question=run is None)
+        except runs.RunNotFound:
+            if run:
+                raise
+            kb = knowledge.load()
+            try:
+                installed = metadata.version("torch")
+            except metadata.PackageNotFoundError:
+                installed = None
+            release = knowledge.release_for(kb, None, installed)
+            return ({"id": None, "rank": knowledge.DECLARED, "device": "mps", "torch_version": release},
+                    {op: worst(found) for op, found in knowledge.op_statuses(kb, release).items()})
         found = {}
         for cell in matrix.cells(store.conn, picked["id"]):
             found.setdefault(cell["op_id"], []).append(cell["status"])
+        picked = dict(picked, rank=runs.evidence_rank(picked))
         return picked, {op: worst(statuses) for op, statuses in found.items()}
     finally:
         store.conn.close()

@@ -262,3 +262,16 @@ def test_a_cpu_run_never_answers_an_mps_question(run_cli, fake_db, tmp_path):
     code, data = report(run_cli, model(tmp_path, STEP, "step"), "--db", cpu, "--device", "cpu")
     add = by_op(data)["aten::add.Tensor", "float32"]
     assert add["class"] == "ok" and add["source"].startswith("measured on cpu, not MPS")
+
+
+def test_the_check_ops_page_answers_a_cpu_only_database_from_the_declarations(fake_db, tmp_path):
+    import asyncio
+    from datasette.app import Datasette
+    cpu = filed_as(fake_db, tmp_path, "cpu_site", device="cpu", backend=None, device_name="CPU")
+    plugins = Path(__file__).parent.parent / "site" / "plugins"
+    ds = Datasette(files=[str(cpu)], plugins_dir=str(plugins))
+    page = asyncio.run(ds.client.get("/-/check-ops?ops=aten::add.Tensor%0Aaten::heaviside"))
+    assert page.status_code == 200, page.text
+    assert "Answered from what PyTorch declares: declared by PyTorch 2.13.0" in page.text
+    row = next(r for r in page.text.split("<tbody>")[1].split("<tr>") if "aten::heaviside" in r)
+    assert "no MPS kernel (declared)" in row and "passes in" not in page.text

@@ -216,6 +216,13 @@ def ops_table(found, statuses=None, run=None):
             mark = f"{STATUS[status].symbol} {status}" if status in STATUS else "- not in the run"
             line = f"{mark:<14} {line}"
         lines.append(line)
-    lines.append(f"{len(found)} ops" + (f"; statuses from run {run['id'][:12]} "
-                                       f"({run['device']}, torch {run['torch_version']})" if run else ""))
+    if run and run["id"] is None:
+        said = (f"; statuses: declared by PyTorch {run['torch_version']} for MPS "
+                "(no measured MPS run in the database)")
+    elif run:
+        said = (f"; statuses from run {run['id'][:12]} ({run['device']}, torch "
+                f"{run['torch_version']}: {run['rank']})")
+    else:
+        said = ""
+    lines.append(f"{len(found)} ops{said}")
     return lines

@@ -14,8 +14,9 @@ A declaration is not a measurement: an op declared to work is the answer
 `declared`, never `ok`, and every answer says it rests on the declaration.
 """
 from collections import Counter
+from importlib import metadata
 
-from mpsprobe.db.query import blame, knowledge
+from mpsprobe.db.query import blame, knowledge, runs as runs_q
 from mpsprobe.ops.declared import rules as mps_rules
 from mpsprobe.vocabulary import DECLARED, FALLBACK, UNKNOWN, UNSUPPORTED
 from .matching import Match
@@ -69,3 +70,40 @@ class Declared:
         why = (f"torch {self.release}'s native_functions.yaml could not be read" if not self.yaml_read
                else f"not in torch {self.release}'s native_functions.yaml: nothing declared")
         return Match(UNKNOWN, None, why, None, source=knowledge.NO_EVIDENCE)
+
+
+def installed_torch():
+    """The installed torch's version, read without importing it (None when absent)."""
+    try:
+        return metadata.version("torch")
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def answering(conn, run_id=None, torch=None, macos=None, device="auto"):
+    """(the run that answers or None, a Declared or None) for check's question.
+
+    An MPS question (`device` auto or mps, no `run_id`): the run picker's MPS
+    run (mps_question) with its gaps declared for its release and macOS; a test
+    backend's run alone; with no such run (or no database: `conn` None), the
+    declarations of the `torch` release (default: the installed torch's) for
+    `macos` (default: this Mac's, else a macOS new enough for every gate).
+    Another device, or `run_id`: that run alone, whatever its device.
+    """
+    from .report import this_macos
+    if run_id or (device or "auto").split(":", 1)[0] not in ("auto", "mps"):
+        return runs_q.pick_run(conn, run_id=run_id, torch=torch, macos=macos, device=device), None
+    try:
+        chosen = conn and runs_q.pick_run(conn, torch=torch, macos=macos, device=device,
+                                          mps_question=True)
+    except runs_q.RunNotFound:
+        chosen = None
+    if chosen and chosen.get("backend"):
+        return chosen, None
+    kb = knowledge.load()
+    if not chosen:
+        return None, Declared(knowledge.release_for(kb, torch, installed_torch()),
+                              macos or this_macos())
+    measured_on = chosen.get("os_version") if chosen.get("os_name") == "macOS" else None
+    return chosen, Declared(knowledge.release_for(kb, installed=chosen["torch_version"]),
+                            macos or measured_on)
