@@ -219,7 +219,7 @@ def _basis_lines(report):
     target = f"{run['device']} ({run.get('device_name') or '?'})"
     where = " ".join(x for x in (run.get("os_name"), run.get("os_version")) if x)
     rank = _rank(run)
-    lines = [(f"MPS: {rank}: " if rank in knowledge.RANKS else "") +
+    lines = [(f"MPS: {rank}: " if rank in (knowledge.MEASURED, knowledge.MEASURED_VM) else "") +
              f"answers from run {run['id'][:12]}: {target}, torch {run['torch_version']}, "
              f"{where}, {(run.get('started') or '')[:10]}"]
     if run.get("backend"):
