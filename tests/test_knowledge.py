@@ -258,6 +258,7 @@ def test_a_cpu_run_never_answers_an_mps_question(run_cli, fake_db, tmp_path):
     assert by_op(data)["aten::add.Tensor", "float32"]["class"] == "declared"   # not the CPU's ✓
     text = run_cli("check", str(model(tmp_path, STEP, "step")), "--db", str(cpu)).output
     assert f"no measured MPS run in {cpu}" in text.splitlines()[1]
+    assert text.splitlines()[2].startswith("  beside it, not MPS evidence: 1 other run(s) (cpu, torch ")
     # Asked for by name, the CPU run answers, labelled as what it is.
     code, data = report(run_cli, model(tmp_path, STEP, "step"), "--db", cpu, "--device", "cpu")
     add = by_op(data)["aten::add.Tensor", "float32"]

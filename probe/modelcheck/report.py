@@ -16,7 +16,8 @@ from typing import Optional
 
 from mpsprobe import suggestions as advice
 from mpsprobe.db.query import blame, knowledge
-from mpsprobe.db.query.runs import VIRTUAL_MACHINE, evidence_rank
+from mpsprobe.db.query.runs import (VIRTUAL_MACHINE, answers_mps, describe, evidence_rank,
+                                   list_runs)
 from mpsprobe.vocabulary import (ANSWER, ANSWERS, DECLARED, FAIL_ON, FALLBACK, MISMATCH,
                                  NO_ANSWER_EXIT, OK, OTHER_DTYPES, UNCHECKED, UNKNOWN, UNSUPPORTED)
 from .capture import CheckError, ModelOps, OpUse, ops_from_json  # noqa: F401 (re-exported)
@@ -75,6 +76,7 @@ class Report:
     declared: Optional[object] = None   # the declared.Declared answering the run's gaps, or every op
     db_path: Optional[str] = None       # the database asked (None: none was there)
     db_missing: Optional[str] = None    # the default database's path, when it is not there
+    beside: list = field(default_factory=list)   # the database's other-device runs (not MPS evidence)
 
     @property
     def ops(self):
@@ -200,9 +202,11 @@ def answer(conn, model_ops, run, model_ms=None, recorded_in=None, declared=None,
         answers.append(OpAnswer(use, m.klass, m.status, m.note, sorted(ev.via) if ev else [],
                                 message, blame.timing(ev), m.confidence, tips, said))
     answers.sort(key=lambda a: (ORDER[a.klass], a.use.aten_op, a.use.dtype or ""))
+    beside = [] if run is not None or conn is None else \
+        [describe(r) for r in list_runs(conn, with_results_only=True) if not answers_mps(r)]
     return Report(model_ops, run, answers, model_ms, recorded_in,
                   speed=speed_of(conn, model_ops) if conn is not None else None,
-                  declared=declared, db_path=db_path)
+                  declared=declared, db_path=db_path, beside=beside)
 
 
 def _rank(run):
@@ -215,7 +219,12 @@ def _basis_lines(report):
     run, declared, db = report.run, report.declared, report.db_path
     in_db = f"in {db}" if db else f"(no database: {report.db_missing or 'none'} does not exist)"
     if run is None:
-        return [f"MPS: {declared.describe()}; no measured MPS run {in_db}"]
+        lines = [f"MPS: {declared.describe()}; no measured MPS run {in_db}"]
+        if report.beside:
+            lines.append(f"  beside it, not MPS evidence: {len(report.beside)} other run(s) "
+                         f"({'; '.join(report.beside[:2])}{'; …' if len(report.beside) > 2 else ''}): "
+                         "--device or --run-id shows one's answers")
+        return lines
     target = f"{run['device']} ({run.get('device_name') or '?'})"
     where = " ".join(x for x in (run.get("os_name"), run.get("os_version")) if x)
     rank = _rank(run)
