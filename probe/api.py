@@ -13,6 +13,7 @@ torch, Datasette and the store load only when a function needs them.
 import contextlib
 import json
 import os
+import re
 
 from mpsprobe.errors import MpsprobeError
 
@@ -190,6 +191,8 @@ def check_model(model, example_inputs=None, db=None, *, input_shape=None, train=
     say = say or (lambda text: None)
     # No database named: mpsprobe.db when there is one, else the bundled declarations alone.
     db_path = str(db) if db is not None else DEFAULT_DB
+    if macos is not None and not re.fullmatch(r"\d+(\.\d+)*", str(macos).strip()):
+        raise MpsprobeError(f"--macos {macos}: not a macOS version (write 13, 14 or 13.2)")
     if run and (torch or macos or run_id):
         raise MpsprobeError("--run measures this machine: --torch, --macos and --run-id do not apply")
     is_list = isinstance(model, (str, os.PathLike)) and str(model).endswith(".json")

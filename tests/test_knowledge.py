@@ -276,3 +276,22 @@ def test_the_check_ops_page_answers_a_cpu_only_database_from_the_declarations(fa
     assert "Answered from what PyTorch declares: declared by PyTorch 2.13.0" in page.text
     row = next(r for r in page.text.split("<tbody>")[1].split("<tr>") if "aten::heaviside" in r)
     assert "no MPS kernel (declared)" in row and "passes in" not in page.text
+
+
+def test_bad_macos_and_releases_are_one_line(run_cli, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    step = str(model(tmp_path, STEP, "step"))
+    for args, said in ((["--macos", "sonoma"], "--macos sonoma: not a macOS version"),
+                       (["--torch", "3.9"], "the knowledge base has no torch 3.9")):
+        result = run_cli("check", step, *args)
+        assert result.exit_code == 2 and said in result.output, result.output
+        assert len(result.output.strip().splitlines()) == 1
+
+
+def test_a_run_older_than_every_release_leaves_its_gaps_unknown(run_cli, fake_db, tmp_path):
+    old = filed_as(fake_db, tmp_path, "old", **dict(MAC, torch_version="1.13.1",
+                                                    torch_version_key="0001.0013.0001.9"))
+    code, data = report(run_cli, model(tmp_path, STEP, "step"), "--db", old)
+    assert data["answered_from"]["rank"] == knowledge.MEASURED
+    assert data["answered_from"]["declared_release"] is None
+    assert by_op(data)["aten::heaviside", "float32"]["class"] == "unknown" and code == 3

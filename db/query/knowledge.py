@@ -54,8 +54,9 @@ def releases(kb):
 
 def release_for(kb, torch=None, installed=None):
     """The release that answers for `torch` (a prefix: "2.5" is 2.5.1), else for the
-    installed torch `installed` ("2.13.0+cpu"): that release, or the newest older one.
-    Raises KnowledgeError when `torch` matches none."""
+    installed torch `installed` ("2.13.0+cpu"): that release, or the newest older one
+    (None when it is older than them all: no release speaks for it); with neither, the
+    newest. Raises KnowledgeError when `torch` matches none."""
     have = releases(kb)
     if torch:
         found = [v for v in have if matches(v, torch)]
@@ -66,8 +67,7 @@ def release_for(kb, torch=None, installed=None):
     if installed:
         plain = installed.split("+", 1)[0]
         older = [v for v in have if sort_key(v) <= sort_key(plain)]
-        if older:
-            return older[-1]
+        return older[-1] if older else None
     return have[-1]
 
 

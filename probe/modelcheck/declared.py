@@ -102,8 +102,13 @@ def answering(conn, run_id=None, torch=None, macos=None, device="auto"):
         return chosen, None
     kb = knowledge.load()
     if not chosen:
-        return None, Declared(knowledge.release_for(kb, torch, installed_torch()),
-                              macos or this_macos())
+        release = knowledge.release_for(kb, torch, installed_torch())
+        if release is None:
+            raise knowledge.KnowledgeError(
+                f"no measured MPS run, and the knowledge base starts at torch "
+                f"{knowledge.releases(kb)[0]}: give --torch for a release it has")
+        return None, Declared(release, macos or this_macos())
     measured_on = chosen.get("os_version") if chosen.get("os_name") == "macOS" else None
-    return chosen, Declared(knowledge.release_for(kb, installed=chosen["torch_version"]),
-                            macos or measured_on)
+    release = knowledge.release_for(kb, installed=chosen["torch_version"])
+    # A run older than every bundled release: its gaps stay unknown, not another release's.
+    return chosen, release and Declared(release, macos or measured_on)
