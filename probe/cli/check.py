@@ -1,4 +1,4 @@
-"""`mpsprobe check`: will this model run on the target? Answered from the database."""
+"""`mpsprobe check`: will this model run on MPS? Answered from the best evidence, which it names."""
 import sys
 
 import click
@@ -45,7 +45,7 @@ DTYPES = ("float32", "float16", "bfloat16", "float64")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 def check(model, input_shape, train, optimizer, dtype, db_path, torch_version, macos, device,
           run_id, measure, timing, batches, strict_precision, backend, fail_on, export_path, as_json):
-    """Will MODEL run on MPS? Capture its aten ops on the CPU and answer from the database.
+    """Will MODEL run on MPS? Capture its aten ops on the CPU and answer from the evidence.
 
     MODEL is a .py file defining build() -> (model, example_inputs[, loss]),
     torchvision:NAME (with --input), or an op list written by --export.
