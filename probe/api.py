@@ -13,8 +13,11 @@ torch, Datasette and the store load only when a function needs them.
 import contextlib
 import json
 import os
+import re
 
 from mpsprobe.errors import MpsprobeError
+
+DEFAULT_DB = "mpsprobe.db"
 
 
 def _split(value):
@@ -175,7 +178,7 @@ def _torch_threads():
     return torch.get_num_threads()
 
 
-def check_model(model, example_inputs=None, db="mpsprobe.db", *, input_shape=None, train=False,
+def check_model(model, example_inputs=None, db=None, *, input_shape=None, train=False,
                 optimizer="sgd", dtype=None, run=False, device="auto", backend=None, timing=True,
                 torch=None, macos=None, run_id=None, export=None, name=None, workers=1,
                 timeout=60.0, batches=None, strict_precision=False, say=None):
@@ -185,8 +188,12 @@ def check_model(model, example_inputs=None, db="mpsprobe.db", *, input_shape=Non
     arguments or a dict of keyword arguments), a .py file defining build(),
     "torchvision:NAME" (with `input_shape`), or an op list `export` wrote
     (.json). `train`: capture backward and an optimizer step too.
-    The answers come from the run picker's run (mpsprobe.db.query.runs), or one
-    chosen by `torch`, `macos`, `device` and `run_id`. `run=True` instead replays
+    An MPS question (`device` "auto" or "mps") is answered from the best
+    evidence there is (mpsprobe.db.query.knowledge): a measured MPS run
+    (the run picker's, mpsprobe.db.query.runs, narrowed by `torch` and `macos`),
+    its gaps filled from what PyTorch declares; with no such run, from the
+    bundled declarations of the `torch` release for the `macos` asked about.
+    Another `device`, or `run_id`, answers from that run alone. `run=True` instead replays
     the model's calls on `device` here, in isolated workers, and records them
     (`strict_precision`: with the device's reduced-precision modes off).
     `batches` (with `run`: sizes like (1, 8, 32) or "1,8,32") also times one whole
@@ -198,7 +205,10 @@ def check_model(model, example_inputs=None, db="mpsprobe.db", *, input_shape=Non
     from mpsprobe.db.query import runs as runs_q
     from mpsprobe.modelcheck import capture, isolated, report as reporting
     say = say or (lambda text: None)
-    db_path = str(db)
+    # No database named: mpsprobe.db when there is one, else the bundled declarations alone.
+    db_path = str(db) if db is not None else DEFAULT_DB
+    if macos is not None and not re.fullmatch(r"\d+(\.\d+)*", str(macos).strip()):
+        raise MpsprobeError(f"--macos {macos}: not a macOS version (write 13, 14 or 13.2)")
     # A model file or torchvision name runs in a process of its own (modelcheck/isolated.py).
     spec = str(model) if isinstance(model, (str, os.PathLike)) and not str(model).endswith(".json") else None
     shape = _shape(input_shape) if spec else None
@@ -219,7 +229,8 @@ def check_model(model, example_inputs=None, db="mpsprobe.db", *, input_shape=Non
         from mpsprobe.modelcheck import batches as batch_sweeps
         batches = batch_sweeps.parse_batches(batches if isinstance(batches, str)
                                              else ",".join(map(str, batches)))
-    store = schema.open_db(db_path, readonly=not run)
+    store = None if db is None and not run and not os.path.exists(db_path) \
+        else schema.open_db(db_path, readonly=not run)
     try:
         model_ms = sweep = None
         if run:
@@ -271,7 +282,11 @@ def check_model(model, example_inputs=None, db="mpsprobe.db", *, input_shape=Non
                     _loaded(model, example_inputs, input_shape, dtype, name), batches, device, backend,
                     store, writer.run_id, train=train, optimizer=optimizer, say=say)
         else:
-            chosen = runs_q.pick_run(store.conn, run_id=run_id, torch=torch, macos=macos, device=device)
+            from mpsprobe.modelcheck.declared import answering
+            if store is None and (run_id or (device or "auto").split(":")[0] not in ("auto", "mps")):
+                raise MpsprobeError(f"cannot read {DEFAULT_DB}: it does not exist (only MPS questions "
+                                    "are answered without a database, from what PyTorch declares)")
+            chosen, declared = answering(store and store.conn, run_id, torch, macos, device)
             if is_list:
                 try:
                     with open(model) as f:
@@ -282,24 +297,31 @@ def check_model(model, example_inputs=None, db="mpsprobe.db", *, input_shape=Non
                     raise MpsprobeError(f"{model}: {e}") from None
             elif spec:
                 model_ops = isolated.capture(spec, input_shape=shape, dtype=dtype, train=train,
-                                             optimizer=optimizer, portable=chosen["device"] != "cpu",
+                                             optimizer=optimizer,
+                                             portable=chosen is None or chosen["device"] != "cpu",
                                              timeout=timeout)[0]
             else:
                 model_ops = capture.capture(
                     _loaded(model, example_inputs, input_shape, dtype, name), train=train,
-                    optimizer=optimizer, portable=chosen["device"] != "cpu")
+                    optimizer=optimizer, portable=chosen is None or chosen["device"] != "cpu")
         if export:
             try:
                 with open(export, "w") as f:
                     json.dump(model_ops.to_json(), f, indent=2)
             except OSError as e:
                 raise MpsprobeError(f"--export {export}: {e.strerror}") from None
-        report = reporting.answer(store.conn, model_ops, chosen, model_ms=model_ms,
-                                  recorded_in=db_path if run else None)
+        report = reporting.answer(store and store.conn, model_ops, chosen, model_ms=model_ms,
+                                  recorded_in=db_path if run else None,
+                                  declared=None if run else declared,
+                                  db_path=db_path if store else None)
         report.batch_sweep = sweep
+        report.db_missing = None if store else db_path
         return report
     finally:
-        schema.close(store) if run else store.conn.close()
+        if run:
+            schema.close(store)
+        elif store is not None:
+            store.conn.close()
 
 
 def findings(db="mpsprobe.db", run=None, against=None):
@@ -313,15 +335,36 @@ def findings(db="mpsprobe.db", run=None, against=None):
 
 
 def op_statuses(db="mpsprobe.db", run=None):
-    """(run, {op id: worst status over its dtypes}) of a run (default: the run picker's)."""
-    from mpsprobe.db.query import matrix, runs
+    """(what answers, {op id: worst status over its dtypes}) for the MPS question "does it work?".
+
+    From the best evidence (mpsprobe.db.query.knowledge): a measured MPS run (or a
+    test backend's, labelled), else what PyTorch declares for MPS in the installed
+    torch's release; never a CPU or CUDA run, unless `run` (an id) picks one.
+    What answers is a runs row with `rank` added, or, for declarations, a dict
+    with id None, rank, device "mps" and torch_version (the declared release).
+    """
+    from importlib import metadata
+    from mpsprobe.db.query import knowledge, matrix, runs
     from mpsprobe.vocabulary import worst
     store = open_db(db, readonly=True)
     try:
-        picked = runs.pick_run(store.conn, run_id=run)
+        try:
+            picked = runs.pick_run(store.conn, run_id=run, mps_question=run is None)
+        except runs.RunNotFound:
+            if run:
+                raise
+            kb = knowledge.load()
+            try:
+                installed = metadata.version("torch")
+            except metadata.PackageNotFoundError:
+                installed = None
+            release = knowledge.release_for(kb, None, installed)
+            return ({"id": None, "rank": knowledge.DECLARED, "device": "mps", "torch_version": release},
+                    {op: worst(found) for op, found in knowledge.op_statuses(kb, release).items()})
         found = {}
         for cell in matrix.cells(store.conn, picked["id"]):
             found.setdefault(cell["op_id"], []).append(cell["status"])
+        picked = dict(picked, rank=runs.evidence_rank(picked))
         return picked, {op: worst(statuses) for op, statuses in found.items()}
     finally:
         store.conn.close()
@@ -408,6 +451,69 @@ def record_declared_history(db="mpsprobe.db", versions="2.0..2.13", cache_dir=No
             on_version(item)
     if not any(item["ok"] for item in results):
         raise reading.DeclaredError("no release could be recorded", results)
+    return results
+
+
+def build_knowledge(path, versions=None, wheels=(), installed=None, cache_dir=None, *,
+                    on_version=None, downloader=None, list_versions=None, opinfos=None):
+    """Write the knowledge base file (ops/declared/bundle.py) for these torch releases.
+
+    `versions` ("2.0..2.15") downloads each release's macOS arm64 wheel as
+    record_declared_history does; else `wheels` and/or the installed torch
+    (default when neither is given). Nothing is recorded in any database.
+    Returns one dict per release: asked, torch_version, ok, why (it failed), seconds.
+    Raises MpsprobeError when no release could be read (and writes nothing).
+    """
+    import time
+    from mpsprobe.ops.declared import bundle, history, reading, wheel
+    from mpsprobe.ops.opinfo import load_op_db
+    sources = []       # (asked, a thunk giving the TorchFiles)
+    if versions is not None:
+        wanted = history.parse_range(versions)
+        cache_dir = cache_dir or history.default_cache()
+        listing_error = None
+        try:
+            available = (list_versions or history.pip_versions)()
+        except history.DownloadError as e:
+            available, listing_error = history.cached_versions(cache_dir), str(e)
+        for asked, version in history.resolve(wanted, available):
+            def files(asked=asked, version=version):
+                if version is None:
+                    raise history.DownloadError(listing_error or f"PyPI has no torch {asked} release")
+                return wheel.from_wheel(history.fetch(version, cache_dir,
+                                                      downloader or history.pip_download))
+            sources.append((asked, files))
+    sources += [(w, lambda w=w: wheel.from_wheel(w)) for w in wheels]
+    if installed or (installed is None and versions is None and not wheels):
+        sources.append(("installed", wheel.installed))
+    opinfos = load_op_db() if opinfos is None else opinfos
+    entries, results = {}, []
+    for asked, files in sources:
+        started = time.monotonic()
+        item = {"asked": asked, "torch_version": None, "ok": False, "why": None}
+        try:
+            release, found = bundle.entry(files(), opinfos)
+            item.update(torch_version=release, ok=True,
+                        kernels=sum(len(v) for v in found["kernels"].values()),
+                        rows=len(found["declared"]),
+                        failed_sources=sorted(k for k, v in found["sources"].items() if v))
+            entries[release] = found
+        except MpsprobeError as e:
+            item["why"] = str(e)
+        item["seconds"] = round(time.monotonic() - started, 1)
+        results.append(item)
+        if on_version:
+            on_version(item)
+    if not entries:
+        raise reading.DeclaredError("no release could be read", results)
+    raw = bundle.dumps(bundle.bundle(entries, wheel.installed().torch_version))
+    scratch = f"{path}.part"
+    try:
+        with open(scratch, "wb") as f:
+            f.write(raw)
+        os.replace(scratch, path)
+    except OSError as e:
+        raise MpsprobeError(f"--bundle {path}: {e.strerror}") from None
     return results
 
 

@@ -139,8 +139,9 @@ CHECK_KINDS = ("values", "distribution", "shape", "none")
 
 
 # -- what `check` answers per aten op of a model -------------------------------
-# An answer is a status where the database places one on the op, or one of
-# three words of its own: never probed, ran but values unchecked, correct.
+# An answer is a status where the evidence places one on the op, or one of
+# four words of its own: never probed, declared to work by PyTorch (not
+# measured), ran but values unchecked, correct.
 
 @dataclass(frozen=True)
 class Answer:
@@ -149,7 +150,7 @@ class Answer:
     label: str       # after a count: "2 fall back to CPU"
 
 
-UNKNOWN, UNCHECKED, OK = "unknown", "unchecked", "ok"
+UNKNOWN, DECLARED, UNCHECKED, OK = "unknown", "declared", "unchecked", "ok"
 
 # Most severe first: the report's summary line keeps this order.
 _ANSWERS = (
@@ -157,6 +158,7 @@ _ANSWERS = (
     Answer(MISMATCH, STATUS[MISMATCH].symbol, STATUS[MISMATCH].label),
     Answer(FALLBACK, STATUS[FALLBACK].symbol, "fall back to CPU"),
     Answer(UNKNOWN, "?", "never probed"),
+    Answer(DECLARED, "○", "declared to work, not measured"),
     Answer(UNCHECKED, "~", "native, values unchecked"),
     Answer(OK, STATUS[PASS].symbol, STATUS[PASS].label),
 )
@@ -176,14 +178,17 @@ CONFIDENCES = (NEVER_PROBED, OTHER_DTYPES, RELATED_ONLY, FAILING_ONLY, DTYPE_UNS
 # (MPS refuses float64 there): nothing ran on the target.
 REFUSED_AT_TRANSFER = "inputs cannot be moved to the target"
 
-# `check --fail-on LEVEL`: the answers that make it exit 1.
+# `check --fail-on LEVEL`: the answers that make it exit 1. Below the level, an
+# unknown answer still keeps the exit status from 0 (NO_ANSWER_EXIT): no evidence is no "yes".
 FAIL_ON = {
+    DECLARED: (UNSUPPORTED, MISMATCH, FALLBACK, UNKNOWN, DECLARED),
     UNKNOWN: (UNSUPPORTED, MISMATCH, FALLBACK, UNKNOWN),
     FALLBACK: (UNSUPPORTED, MISMATCH, FALLBACK),
     MISMATCH: (UNSUPPORTED, MISMATCH),
     UNSUPPORTED: (UNSUPPORTED,),
     "never": (),
 }
+NO_ANSWER_EXIT = 3
 
 # Statuses a case can end in that say the target broke, not that it judged
 # wrongly: the op is as good as unsupported for a user.

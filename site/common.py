@@ -89,8 +89,9 @@ def run_label(run):
     """How every page names a run, in the grid's words: torch, OS, the device and
     what it is ("mps: Apple M2 Max", "cuda: NVIDIA H200"), then what makes its
     results unlike bare metal's: a virtual machine, Rosetta, a test backend,
-    PyTorch's CPU fallback switched on."""
-    from mpsprobe.db.query.runs import VIRTUAL_MACHINE, machine_kind
+    not MPS at all (a CPU or CUDA run), PyTorch's CPU fallback switched on."""
+    from mpsprobe.db.query.knowledge import OTHER_DEVICE
+    from mpsprobe.db.query.runs import VIRTUAL_MACHINE, evidence_rank, machine_kind
     device = run.get("device") or "?"
     name = run.get("device_name")
     if name and name != device:
@@ -103,6 +104,8 @@ def run_label(run):
         parts.append("under Rosetta (x86 Python)")
     if run.get("backend"):
         parts.append("test backend, not a real device")
+    elif evidence_rank(run) == OTHER_DEVICE:
+        parts.append("not an MPS answer")      # a CPU or CUDA run is shown as what it is
     if fallback_switched_on(run):
         parts.append("CPU fallback on")
     return " · ".join(p for p in parts if p)

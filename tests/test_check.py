@@ -228,8 +228,15 @@ def test_run_selection(probe_db):
     assert runs.pick_run(conn)["device"] == "fake-mps"
     with pytest.raises(runs.RunNotFound, match="no run matches"):
         runs.pick_run(conn, torch="2.5")
-    result = invoke("check", MODELS / "convnet.py", "--db", probe_db, "--macos", "14")
+    # Another device asked for by name: only its runs answer.
+    result = invoke("check", MODELS / "convnet.py", "--db", probe_db, "--device", "fake-mps",
+                    "--macos", "14")
     assert result.exit_code == 2 and "no run matches" in result.output
+    # An MPS question no run matches: what PyTorch declares answers, and says so.
+    result = invoke("check", MODELS / "convnet.py", "--db", probe_db, "--macos", "14")
+    assert result.exit_code != 2, result.output
+    assert "MPS: declared by PyTorch" in result.output and "for macOS 14;" in result.output
+    assert f"no measured MPS run in {probe_db}" in result.output
 
 
 def test_export_round_trip(probe_db, tmp_path):
@@ -392,8 +399,11 @@ def test_bad_sources_and_databases(probe_db, tmp_path):
     assert "not found" in invoke("check", tmp_path / "nope.py", "--db", probe_db).output
     empty = tmp_path / "empty.db"
     schema.open_db(empty)
-    result = invoke("check", MODELS / "convnet.py", "--db", empty)
+    result = invoke("check", MODELS / "convnet.py", "--db", empty, "--device", "cpu")
     assert result.exit_code == 2 and "no probe results" in result.output
+    # An MPS question of an empty database: PyTorch's declarations answer, and say so.
+    result = invoke("check", MODELS / "convnet.py", "--db", empty)
+    assert result.exit_code == 0 and f"no measured MPS run in {empty}" in result.output
     result = invoke("check", MODELS / "convnet.py", "--db", tmp_path / "missing.db")
     assert result.exit_code == 2 and "does not exist" in result.output
     assert invoke("check", MODELS / "convnet.py", "--input", "a,b", "--db", probe_db).exit_code == 2

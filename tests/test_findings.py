@@ -72,12 +72,19 @@ def test_text_report_has_one_line_per_finding(fake_db):
     assert "agreement with the declaration: 66.7%" in result.output
 
 
-def test_cuda_declaration_agreement_on_a_cpu_run(cpu_db):
+def test_cuda_declaration_agreement_on_a_cuda_run(cpu_db, tmp_path):
+    """The comparison with OpInfo's CUDA table, on the CPU run's rows filed as a CUDA run's
+    (no GPU here: only the arithmetic of the agreement is checked, not CUDA)."""
     from torch.testing._internal.common_methods_invocations import op_db
+    import shutil
     import torch
     dot = next(o for o in op_db if o.name == "dot")
     cuda = dot.supported_dtypes("cuda")
-    result = invoke("findings", "--db", cpu_db, "--against", "cuda", "--json")
+    as_cuda = tmp_path / "as_cuda.db"
+    shutil.copy(cpu_db, as_cuda)
+    with sqlite3.connect(as_cuda) as conn:
+        conn.execute("UPDATE runs SET device = 'cuda'")
+    result = invoke("findings", "--db", as_cuda, "--json")
     assert result.exit_code == 0, result.output
     agreement = json.loads(result.output)["agreement"]
     conn = sqlite3.connect(cpu_db)
@@ -90,9 +97,43 @@ def test_cuda_declaration_agreement_on_a_cpu_run(cpu_db):
         dt for dt, st in measured.items() if (st == "pass") != (getattr(torch, dt) in cuda)}
 
 
+def test_a_cpu_run_is_compared_with_no_device(cpu_db):
+    """Like with like: a CPU run is no evidence about MPS or CUDA, whatever is asked."""
+    for against in ("mps", "cuda"):
+        result = invoke("findings", "--db", cpu_db, "--against", against)
+        assert result.exit_code == 2, result.output
+        assert f"measured on cpu: it is no evidence about {against.upper()}" in result.output
+        assert len(result.output.strip().splitlines()) == 1
+
+
+def test_the_site_lists_nothing_against_mps_for_a_cpu_run(cpu_db):
+    import asyncio
+    from datasette.app import Datasette
+    plugins = Path(__file__).parent.parent / "site" / "plugins"
+    ds = Datasette(files=[str(cpu_db)], plugins_dir=str(plugins))
+    for query in ("", "?against=mps"):
+        page = asyncio.run(ds.client.get(f"/-/findings{query}"))
+        assert page.status_code == 200, page.text
+        assert "Declared failing, yet passes" not in page.text and "<table" not in page.text
+        assert "measured on cpu" in page.text and "--" not in page.text.split("mp-empty")[1][:400]
+
+
+def test_mps_declarations_come_from_the_knowledge_base_when_none_are_recorded(tmp_path):
+    db = tmp_path / "fake_only.db"
+    result = invoke("run", "--db", db, "--backend", FAKE_MPS, "--ops", "heaviside",
+                    "--dtypes", "float32", "--samples", 1, "--timeout", 20, "--no-timing",
+                    "--workers", 1, "--passes", "forward", env={"FAKE_MPS": json.dumps(FAKE_CONFIG)})
+    assert result.exit_code == 0, result.output
+    report = json.loads(invoke("findings", "--db", db, "--json").output)
+    assert report["declared"]["from"] == "bundled knowledge base"
+    assert report["declared"]["torch_version"] == "2.13.0"
+    # heaviside has no MPS kernel in 2.13 (common_mps: UNIMPLEMENTED), yet the fake device runs it.
+    assert [(f["op_id"], f["kind"]) for f in report["findings"]] == [("heaviside", "stale_xfail")]
+
+
 def test_errors_are_one_line(cpu_db, tmp_path):
     result = invoke("findings", "--db", cpu_db)            # a CPU run declares nothing
-    assert result.exit_code == 2 and "--against" in result.output
+    assert result.exit_code == 2 and "declares nothing" in result.output
     result = invoke("findings", "--db", cpu_db, "--run", "nope")
     assert result.exit_code == 2 and "no run 'nope'" in result.output
     empty = tmp_path / "e.db"

@@ -44,11 +44,21 @@ def test_ops_lists_the_convolutions(run_cli):
     assert rows[0]["aten_name"] == "conv2d" and "float32" in rows[0]["dtypes"]
 
 
-def test_ops_shows_the_latest_status_from_a_database(run_cli, cpu_db, rows):
+def test_ops_answers_for_mps_and_shows_a_cpu_run_only_when_asked(run_cli, cpu_db, rows):
+    from mpsprobe.db.query import knowledge
+    from mpsprobe.vocabulary import worst
+    # A CPU-only database: the MPS statuses are what PyTorch declares, and say so.
     result = run_cli("ops", "argmax", "--db", cpu_db)
     assert result.exit_code == 0, result.output
+    declared = worst(knowledge.op_statuses(knowledge.load(), "2.13.0")["argmax"])
+    assert re.search(rf"{declared}\s+argmax", result.output)
+    assert "statuses: declared by PyTorch 2.13.0 for MPS (no measured MPS run" in result.output
+    # The CPU run, asked for by id, labelled as what it is.
+    run = rows(cpu_db, "SELECT id FROM runs")[0]["id"]
     status = rows(cpu_db, "SELECT status FROM op_dtype_status WHERE op_id = 'argmax'")[0]["status"]
+    result = run_cli("ops", "argmax", "--db", cpu_db, "--run", run[:8])
     assert re.search(rf"{status}\s+argmax", result.output)
+    assert "measured on another device)" in result.output.splitlines()[-1]
 
 
 def test_unknown_names_suggest_the_full_op_name(run_cli, tmp_path):

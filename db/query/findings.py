@@ -22,6 +22,13 @@ fallback: not) agrees with the declared support. Errors, crashes and timeouts
 decide nothing and are counted apart. For a CUDA run against OpInfo's CUDA
 dtypes this checks the probe itself against PyTorch's own table.
 
+Like is compared with like: an MPS run (or a test backend standing in for
+one) with the MPS declarations, a CUDA run with the CUDA ones. A CPU run is
+no evidence about either device, so it is never compared (FindingsError says
+why, and the site's page lists nothing). The MPS declarations come from the
+database when `mpsprobe declared` recorded that release there, else from the
+bundled knowledge base (mpsprobe.db.query.knowledge).
+
 `mpsprobe findings` and the site's /-/findings page both call `report`.
 """
 import json
@@ -31,7 +38,7 @@ from dataclasses import dataclass
 from mpsprobe.errors import MpsprobeError
 from mpsprobe.vocabulary import (BACKWARD, ERROR, FAILING, FALLBACK, FORWARD, MISMATCH, PASS,
                                  PASS_COLUMN, SKIP, UNSUPPORTED)
-from . import declared, present, rows, view
+from . import declared, knowledge, present, rows, view
 from .runs import pick_run
 
 
@@ -61,7 +68,12 @@ DECLARED_FAILING = (UNSUPPORTED, MISMATCH, ERROR)
 
 
 class FindingsError(MpsprobeError):
-    """No run, or no declaration to compare it with: one line for the user."""
+    """No run, or no declaration to compare it with: one line for the user; `web`,
+    the same said for the site's page (no command-line flags)."""
+
+    def __init__(self, message, web=None):
+        super().__init__(message)
+        self.web = web or message
 
 
 def _support(status, supported, unsupported):
@@ -116,17 +128,83 @@ def _grad_lists(conn, version):
     """{(op, dtype or None): list name} of the ungated gradient lists of one torch version."""
     if "declared_entries" not in present(conn):
         return {}
+    return _by_op_dtype(rows(conn, "SELECT list_name, op_id, dtypes FROM declared_entries "
+                                   "WHERE torch_version = ? AND modifier = 'grad' AND gate IS NULL",
+                             [version]))
+
+
+def _by_op_dtype(entries):
     found = {}
-    for r in rows(conn, "SELECT list_name, op_id, dtypes FROM declared_entries "
-                        "WHERE torch_version = ? AND modifier = 'grad' AND gate IS NULL", [version]):
+    for r in entries:
         for dtype in json.loads(r["dtypes"]) if r["dtypes"] else [None]:
             found.setdefault((r["op_id"], dtype), r["list_name"])
     return found
 
 
-def _backward_findings(conn, run_id, version, forward_declared):
+class Declaration:
+    """One release's declarations for a device: from the database, or the knowledge base."""
+
+    def __init__(self, conn, device, run_version):
+        self.device, self.origin = device, "database"
+        self.version = declared.version_for(conn, device, run_version)
+        if self.version is not None:
+            self.rows = {(r["op_id"], r["dtype"]): r for r in rows(
+                conn, "SELECT op_id, dtype, status, source, note FROM declared "
+                      "WHERE torch_version = ? AND device = ?", [self.version, device])}
+            self.kernels = _kernels(conn, declared.same_release(declared.kernel_versions(conn),
+                                                                run_version))
+            self.grad_lists = _grad_lists(conn, self.version) if device == "mps" else {}
+            return
+        kb = knowledge.load()
+        self.version = declared.same_release(knowledge.releases(kb), run_version) \
+            if device == "mps" else None
+        if self.version is None:
+            hint = "mpsprobe declared" + (" --opinfo-cuda" if device == "cuda" else "")
+            raise FindingsError(
+                f"no {device} declarations for torch {run_version} in the database: "
+                f"record them with `{hint}`",
+                web=f"No {device} declarations for torch {run_version} in this database "
+                    f"(nor in mpsprobe's bundled knowledge base): nothing to compare with.")
+        self.origin = "bundled knowledge base"
+        self.rows = {(r["op_id"], r["dtype"]): r for r in knowledge.declared_rows(kb, self.version)}
+        self.kernels = {}
+        for group, names in kb["releases"][self.version]["kernels"].items():
+            for aten_name in names:
+                base = aten_name.split(".", 1)[0]
+                has, kinds = self.kernels.get(base, (False, None))
+                self.kernels[base] = (has or group == "mps",
+                                      kinds or ("composite" if group == "composite" else None))
+        names = ("modifier", "list_name", "list_key", "op_id", "dtypes", "gate")
+        self.grad_lists = _by_op_dtype(
+            e for e in (dict(zip(names, x)) for x in kb["releases"][self.version]["entries"])
+            if e["modifier"] == "grad" and e["gate"] is None)
+
+
+def _comparable(run, against):
+    """The device whose declarations `run` is compared with; FindingsError when none is like it."""
+    own = declared.declared_device(run["device"])
+    device = against or own
+    if own is not None and device == own:
+        return device
+    measured = f"run {run['id'][:12]} was measured on {run['device']}"
+    if own is None and against is None:
+        raise FindingsError(
+            f"{measured}, for which PyTorch declares nothing: findings compare an MPS or CUDA "
+            "run with that device's declarations (--run picks one)",
+            web=f"Run {run['id'][:12]} was measured on {run['device']}, for which PyTorch declares "
+                "nothing: findings compare an MPS or CUDA run with that device's declarations. "
+                "Choose such a run above.")
+    raise FindingsError(
+        f"{measured}: it is no evidence about {device.upper()}, so it is not compared with "
+        f"{device.upper()}'s declarations (--run picks a{'n' if device == 'mps' else ''} "
+        f"{device.upper()} run)",
+        web=f"Run {run['id'][:12]} was measured on {run['device']}: it is no evidence about "
+            f"{device.upper()}, so nothing is listed against {device.upper()}'s declarations. "
+            f"Choose a{'n' if device == 'mps' else ''} {device.upper()} run above.")
+
+
+def _backward_findings(conn, run_id, lists, forward_declared):
     """Findings of the backward pass against the gradient lists (mps only)."""
-    lists = _grad_lists(conn, version)
     measured, _, reasons = _measured(conn, run_id, BACKWARD)
     findings = []
     for (op, dtype), m in sorted(measured.items()):
@@ -150,23 +228,10 @@ def _backward_findings(conn, run_id, version, forward_declared):
 def report(conn, run_id=None, against=None):
     """The findings and agreement rate of one run (default: the run picker's) as a dict."""
     run = pick_run(conn, run_id=run_id)
-    device = against or declared.declared_device(run["device"])
-    if device is None:
-        raise FindingsError(
-            f"run {run['id'][:12]} is on {run['device']!r}, which declares nothing; "
-            "choose a declaration with --against mps or --against cuda")
-    version = declared.version_for(conn, device, run["torch_version"])
-    if version is None:
-        hint = "mpsprobe declared" + (" --opinfo-cuda" if device == "cuda" else "")
-        raise FindingsError(
-            f"no {device} declarations for torch {run['torch_version']} in the database: "
-            f"record them with `{hint}`")
-    declared_rows = {(r["op_id"], r["dtype"]): r for r in rows(
-        conn, "SELECT op_id, dtype, status, source, note FROM declared "
-              "WHERE torch_version = ? AND device = ?", [version, device])}
+    device = _comparable(run, against)
+    declaration = Declaration(conn, device, run["torch_version"])
+    version, declared_rows, kernels = declaration.version, declaration.rows, declaration.kernels
     measured, aten_ops, reasons = _measured(conn, run["id"])
-    kernels = _kernels(conn, declared.same_release(declared.kernel_versions(conn),
-                                                   run["torch_version"]))
     aten_names = {r["id"]: r["aten_name"] for r in rows(conn, "SELECT id, aten_name FROM ops")}
 
     findings = []
@@ -210,12 +275,13 @@ def report(conn, run_id=None, against=None):
                 f"declared {'supported' if ds else UNSUPPORTED} ({d['source']}), "
                 f"measured {status}")))
     if device == "mps":
-        findings += _backward_findings(conn, run["id"], version, declared_rows)
+        findings += _backward_findings(conn, run["id"], declaration.grad_lists, declared_rows)
     decided = agreement["agree"] + agreement["disagree"]
     agreement["rate"] = agreement["agree"] / decided if decided else None
     counts = {k.name: sum(f["kind"] == k.name for f in findings) for k in KINDS}
     return {
         "run": {k: run[k] for k in ("id", "device", "device_name", "torch_version", "state")},
-        "declared": {"device": device, "torch_version": version, "pairs": len(declared_rows)},
+        "declared": {"device": device, "torch_version": version, "pairs": len(declared_rows),
+                     "from": declaration.origin},
         "counts": counts, "findings": findings, "agreement": agreement,
     }

@@ -17,10 +17,15 @@ one documented default:
 Filters narrow the candidates first: a torch version prefix ("2.5" matches
 "2.5.1+cpu"), a macOS or any OS version prefix, a device ("cuda" matches
 "cuda:1"). A run id (or a unique prefix of one) picks any run, replays included.
+
+An MPS question (`check` with --device auto or mps) takes only MPS runs, bare
+metal then virtual machine, and test backends' (labelled so): a CPU or CUDA run
+never answers it. When none matches, `check` answers from what PyTorch
+declares (mpsprobe.db.query.knowledge) instead.
 """
 from mpsprobe.errors import MpsprobeError
 from mpsprobe.versions import matches
-from . import rows
+from . import knowledge, rows
 
 SOURCES = ("opinfo", "model")
 
@@ -70,6 +75,20 @@ def list_runs(conn, with_results_only=False):
     return found
 
 
+def evidence_rank(run):
+    """What answers from `run` rest on: one of knowledge.RANKS, or OTHER_DEVICE (a CPU or CUDA run)."""
+    if run.get("backend"):
+        return knowledge.TEST_BACKEND
+    if (run.get("device") or "").split(":", 1)[0] == "mps":
+        return knowledge.MEASURED_VM if machine_kind(run) == VIRTUAL_MACHINE else knowledge.MEASURED
+    return knowledge.OTHER_DEVICE
+
+
+def answers_mps(run):
+    """Whether `run` may answer an MPS question (a test backend's, labelled, included)."""
+    return evidence_rank(run) != knowledge.OTHER_DEVICE
+
+
 def _device_match(run, device):
     if not device or device == "auto":
         return True
@@ -83,8 +102,10 @@ def describe(run):
     return f"{run['device']}, torch {run['torch_version']}, {where}".strip(", ")
 
 
-def pick_run(conn, run_id=None, torch=None, macos=None, os=None, device=None, source=None):
-    """The run to answer from, as a dict (a runs-table row and has_results). Raises RunNotFound."""
+def pick_run(conn, run_id=None, torch=None, macos=None, os=None, device=None, source=None,
+             mps_question=False):
+    """The run to answer from, as a dict (a runs-table row and has_results). Raises RunNotFound.
+    `mps_question`: only runs that may answer one (answers_mps)."""
     every = list_runs(conn)
     if run_id:
         found = [r for r in every if r["id"] == run_id] or \
@@ -101,7 +122,8 @@ def pick_run(conn, run_id=None, torch=None, macos=None, os=None, device=None, so
               and matches(r["torch_version"], torch)
               and (not macos or (r["os_name"] == "macOS" and matches(r["os_version"], macos)))
               and matches(r["os_version"], os)
-              and _device_match(r, device)]
+              and _device_match(r, device)
+              and (not mps_question or answers_mps(r))]
     if not wanted:
         have = sorted({describe(r) for r in measured})
         raise RunNotFound(f"no run matches those filters; the database has: {'; '.join(have)}")

@@ -1,4 +1,4 @@
-"""`mpsprobe check`: will this model run on the target? Answered from the database."""
+"""`mpsprobe check`: will this model run on MPS? Answered from the best evidence, which it names."""
 import sys
 
 import click
@@ -19,8 +19,8 @@ DTYPES = ("float32", "float16", "bfloat16", "float64")
               type=click.Choice(OPTIMIZERS), help="Optimizer for --train.")
 @click.option("--dtype", default=None, type=click.Choice(DTYPES),
               help="Cast the model and its floating inputs first (default: as built).")
-@click.option("--db", "db_path", default="mpsprobe.db", show_default=True,
-              type=click.Path(dir_okay=False), help="The probe database to answer from.")
+@click.option("--db", "db_path", default=None, type=click.Path(dir_okay=False),
+              help="The probe database to answer from [default: mpsprobe.db, when there is one].")
 @click.option("--torch", "torch_version", default=None, help="Answer for this torch version, like 2.5.")
 @click.option("--macos", default=None, help="Answer for this macOS version, like 14.")
 @click.option("--device", default="auto", show_default=True,
@@ -41,21 +41,33 @@ DTYPES = ("float32", "float16", "bfloat16", "float64")
               help="FILE.py[:factory] defining a custom target for --run (used by the test suite).")
 @click.option("--fail-on", default=FALLBACK, show_default=True,
               type=click.Choice(list(FAIL_ON)),
-              help="Exit 1 when an op is this bad or worse (unknown: also never-probed ops).")
+              help="Exit 1 when an op is this bad or worse (unknown: also ops with no evidence; "
+                   "declared: also ops only declared to work, not measured).")
 @click.option("--export", "export_path", default=None, type=click.Path(dir_okay=False),
               help="Write the captured op list as JSON (for the site's check page).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 def check(model, input_shape, train, optimizer, dtype, db_path, torch_version, macos, device,
           run_id, measure, timing, timeout, batches, strict_precision, backend, fail_on, export_path, as_json):
-    """Will MODEL run on MPS? Capture its aten ops on the CPU and answer from the database.
+    """Will MODEL run on MPS? Capture its aten ops on the CPU and answer from the evidence.
 
     MODEL is a .py file defining build() -> (model, example_inputs[, loss]),
     torchvision:NAME (with --input), or an op list written by --export.
     The model runs in a process of its own: if it crashes, exits or hangs
     (past --timeout without finishing an aten call), check says so in one
     line, naming the module it was in.
-    Exit status: 0 nothing at or above --fail-on, 1 something is, 2 bad input
-    or a model that crashed, exited or hung.
+
+    Each answer rests on the best evidence there is, and says which: a
+    measured MPS run (bare metal, then a virtual machine), else what PyTorch
+    declares for MPS in that release (bundled with mpsprobe; --torch and
+    --macos pick the release and the macOS), else nothing (?). A CPU or CUDA
+    run never answers for MPS (ask for it with --device cpu or --run-id).
+
+    \b
+    Exit status:
+      0  every op known to work at the --fail-on level (or --fail-on never)
+      1  an op at or above --fail-on
+      2  bad input, or a model that crashed, exited or hung
+      3  nothing at or above --fail-on, but some op rests on no evidence (?)
 
     \b
     Examples:

@@ -28,9 +28,12 @@ from mpsprobe.cli import UserError, output
               type=click.Path(file_okay=False),
               help="Where --versions keeps downloaded wheels [default: ~/.cache/mpsprobe/wheels; "
                    "env MPSPROBE_WHEEL_CACHE].")
+@click.option("--bundle", "bundle_path", default=None, type=click.Path(dir_okay=False),
+              help="Write the knowledge base file (what check answers from on a fresh install) "
+                   "for these releases instead of recording into --db.")
 @click.option("--json", "as_json", is_flag=True, help="Print a machine-readable summary.")
 def declared(db_path, wheels, installed, common_mps_file, torch_version, opinfo_cuda, macos,
-             versions, cache_dir, as_json):
+             versions, cache_dir, bundle_path, as_json):
     """Record what PyTorch declares about MPS (and CUDA), without the device.
 
     Reads, from the installed torch or from wheel files (any platform, never
@@ -46,13 +49,23 @@ def declared(db_path, wheels, installed, common_mps_file, torch_version, opinfo_
         mpsprobe declared --db mps.db --wheel torch-2.10.0-cp311-none-macosx_11_0_arm64.whl
         mpsprobe declared --db cuda.db --opinfo-cuda
         mpsprobe declared --db history.db --versions 2.0..2.13
+        mpsprobe declared --versions 2.0..2.15 --bundle db/knowledge/mps.json.gz
 
     With --versions, each release's wheel is downloaded once (pip, ~70 MB) and
     cached; a release that cannot be downloaded or read is reported on its
     line and the others are still recorded (exit 0 when at least one is).
+
+    With --bundle, the releases (--versions, --wheel or the installed torch)
+    are written as the knowledge base file instead, for a macOS new enough
+    for every gate (the gates are kept in the file); --db is not touched.
     """
     import mpsprobe
     from mpsprobe.ops.declared.reading import DeclaredError
+    if bundle_path is not None:
+        if common_mps_file or torch_version or opinfo_cuda:
+            raise UserError("--bundle reads wheels or the installed torch: leave out "
+                            "--common-mps, --torch-version and --opinfo-cuda")
+        return _bundle(bundle_path, versions, wheels, installed, cache_dir, as_json)
     if versions is not None:
         if wheels or common_mps_file or torch_version or installed or opinfo_cuda:
             raise UserError("--versions reads downloaded wheels only: leave out --wheel, "
@@ -92,5 +105,36 @@ def _history(db_path, versions, cache_dir, macos, as_json):
     else:
         click.echo("\n".join(output.declared_history(results, db_path,
                                                       time.monotonic() - started)))
+    if failed:
+        raise failed
+
+
+def _bundle(path, versions, wheels, installed, cache_dir, as_json):
+    import mpsprobe
+    from mpsprobe.ops.declared import history
+    from mpsprobe.ops.declared.reading import DeclaredError
+    if versions is not None:
+        history.parse_range(versions)            # a malformed range fails before any work
+    started, failed = time.monotonic(), None
+    try:
+        results = mpsprobe.build_knowledge(path, versions=versions, wheels=wheels,
+                                           installed=installed, cache_dir=cache_dir)
+    except DeclaredError as e:
+        results, failed = e.summary, e
+    seconds = time.monotonic() - started
+    if as_json:
+        click.echo(output.as_json({"bundle": path, "releases": results,
+                                   "seconds": round(seconds, 1)}))
+    else:
+        for r in results:
+            said = (f"torch {r['torch_version']}: {r['kernels']} aten functions, {r['rows']} "
+                    f"declared rows" + (f" (could not read: {', '.join(r['failed_sources'])})"
+                                        if r["failed_sources"] else "")
+                    if r["ok"] else f"FAILED: {r['why']}")
+            click.echo(f"{r['asked']:<10} {said}  [{r['seconds']} s]")
+        if not failed:
+            import os
+            click.echo(f"wrote {path}: {sum(r['ok'] for r in results)} releases, "
+                       f"{os.path.getsize(path) / 1e6:.2f} MB, {seconds:.0f} s")
     if failed:
         raise failed

@@ -140,7 +140,8 @@ def findings(report, limit):
     from mpsprobe.db.query.findings import KINDS
     run, dec = report["run"], report["declared"]
     lines = [f"run {run['id'][:12]} ({run['device']}, torch {run['torch_version']}) vs "
-             f"declared {dec['device']} for torch {dec['torch_version']} ({dec['pairs']} pairs)"]
+             f"declared {dec['device']} for torch {dec['torch_version']} ({dec['pairs']} pairs, "
+             f"from the {dec.get('from', 'database')})"]
     if dec["device"] == "cuda":       # OpInfo's dtype table: the probe checks itself against it
         upstream = {"stale_xfail": "OpInfo under-declares, or the probe misses a failure",
                     "undeclared_failure": "OpInfo over-declares, or the probe fails wrongly"}
@@ -229,6 +230,13 @@ def ops_table(found, statuses=None, run=None):
             mark = f"{STATUS[status].symbol} {status}" if status in STATUS else "- not in the run"
             line = f"{mark:<14} {line}"
         lines.append(line)
-    lines.append(f"{len(found)} ops" + (f"; statuses from run {run['id'][:12]} "
-                                       f"({run['device']}, torch {run['torch_version']})" if run else ""))
+    if run and run["id"] is None:
+        said = (f"; statuses: declared by PyTorch {run['torch_version']} for MPS "
+                "(no measured MPS run in the database)")
+    elif run:
+        said = (f"; statuses from run {run['id'][:12]} ({run['device']}, torch "
+                f"{run['torch_version']}: {run['rank']})")
+    else:
+        said = ""
+    lines.append(f"{len(found)} ops{said}")
     return lines

@@ -27,12 +27,17 @@ class Match:
     note: str
     ev: Optional[blame.Evidence]
     confidence: Optional[str] = None    # for unknown answers (vocabulary.CONFIDENCES)
+    source: Optional[str] = None        # what it rests on, when not the report's run (knowledge.RANKS)
 
 
 class Evidence:
-    """One run's evidence, read once: per op, per variant, and the dtypes refused outright."""
+    """One run's evidence, read once: per op, per variant, and the dtypes refused outright.
 
-    def __init__(self, conn, run_id):
+    `fallback`: a declared.Declared that answers the ops the run leaves unknown
+    (for a real MPS run: its gaps filled from what PyTorch declares, said so)."""
+
+    def __init__(self, conn, run_id, fallback=None):
+        self.fallback = fallback
         self.found = blame.evidence(conn, run_id)
         self.variants = {}
         for (op, dtype, variant), ev in blame.evidence(conn, run_id, by_variant=True).items():
@@ -50,6 +55,11 @@ class Evidence:
             found = self._by_variant(use, found)
         if found.klass == UNKNOWN:
             found = self._unknown(use, found)
+        if found.klass == UNKNOWN and self.fallback is not None:
+            declared = self.fallback.match(use)
+            if declared.klass != UNKNOWN:
+                declared.note = f"{declared.note}; the run: {found.note}"
+                return declared
         return found
 
     def _by_variant(self, use, op_wide):

@@ -1,6 +1,8 @@
 """The answer to `mpsprobe check`: per aten op of a model, what the database says.
 
-The answers come from one probe run, picked by mpsprobe.db.query.runs; how a
+The answers come from the best evidence there is (mpsprobe.db.query.knowledge
+ranks it): a probe run picked by mpsprobe.db.query.runs, what PyTorch declares
+for MPS (.declared), or nothing; each answer names what it rests on. How a
 failing case's blame is placed on one of the ops it dispatched is explained in
 mpsprobe.db.query.blame, and which evidence answers the model's own use of an
 op (its shapes and arguments) in .matching. The words and symbols are
@@ -13,10 +15,11 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from mpsprobe import suggestions as advice
-from mpsprobe.db.query import blame
-from mpsprobe.db.query.runs import VIRTUAL_MACHINE
-from mpsprobe.vocabulary import (ANSWER, ANSWERS, FAIL_ON, FALLBACK, MISMATCH, OK, OTHER_DTYPES,
-                                 UNCHECKED, UNKNOWN, UNSUPPORTED)
+from mpsprobe.db.query import blame, knowledge
+from mpsprobe.db.query.runs import (VIRTUAL_MACHINE, answers_mps, describe, evidence_rank,
+                                   list_runs)
+from mpsprobe.vocabulary import (ANSWER, ANSWERS, DECLARED, FAIL_ON, FALLBACK, MISMATCH,
+                                 NO_ANSWER_EXIT, OK, OTHER_DTYPES, UNCHECKED, UNKNOWN, UNSUPPORTED)
 from .capture import CheckError, ModelOps, OpUse, ops_from_json  # noqa: F401 (re-exported)
 from .matching import Evidence
 
@@ -34,6 +37,7 @@ class OpAnswer:
     timing: Optional[tuple] = None       # (CPU ms, target ms) median of single-op cases
     confidence: Optional[str] = None     # how much a `?` should worry (vocabulary.CONFIDENCES)
     suggestions: list = field(default_factory=list)    # suggestions.Suggestion, for failing ops
+    source: Optional[str] = None         # what the answer rests on (knowledge.RANKS, with its run or release)
 
     @property
     def aten_op(self):
@@ -45,7 +49,7 @@ class OpAnswer:
 
     @property
     def answer(self):
-        """ok, unchecked, unknown, fallback, mismatch or unsupported (mpsprobe.vocabulary.ANSWERS)."""
+        """ok, unchecked, declared, unknown, fallback, mismatch or unsupported (vocabulary.ANSWERS)."""
         return self.klass
 
     def to_json(self):
@@ -54,7 +58,7 @@ class OpAnswer:
                 "status": a.status, "note": a.note, "confidence": a.confidence,
                 "count": a.use.count, "places": a.use.places, "lines": a.use.lines,
                 "variants": a.use.variants, "cpu_widened": a.use.widened,
-                "probe_ops": a.via, "message": a.message,
+                "probe_ops": a.via, "message": a.message, "source": a.source,
                 "suggestions": [{"text": x.text, "source": x.source} for x in a.suggestions],
                 "cpu_ms": a.timing[0] if a.timing else None,
                 "target_ms": a.timing[1] if a.timing else None}
@@ -63,12 +67,16 @@ class OpAnswer:
 @dataclass
 class Report:
     model_ops: ModelOps
-    run: dict
+    run: Optional[dict]                # the run that answers; None when only declarations do
     answers: list
     model_ms: Optional[dict] = None    # model_speed(): the whole step, the replayed calls as its breakdown
     recorded_in: Optional[str] = None  # the database a replay was recorded in
     batch_sweep: Optional[dict] = None  # check --run --batch: modelcheck.batches.sweep_and_record()
     speed: Optional[dict] = None        # the newest batch sweep recorded for this model (speed_of)
+    declared: Optional[object] = None   # the declared.Declared answering the run's gaps, or every op
+    db_path: Optional[str] = None       # the database asked (None: none was there)
+    db_missing: Optional[str] = None    # the default database's path, when it is not there
+    beside: list = field(default_factory=list)   # the database's other-device runs (not MPS evidence)
 
     @property
     def ops(self):
@@ -82,10 +90,26 @@ class Report:
         return [a for a in self.answers if a.klass in FAIL_ON[fail_on]]
 
     def exit_code(self, fail_on):
-        return 1 if self.failing(fail_on) else 0
+        """1: an op at or above `fail_on`; 3: none, but an answer rests on no evidence; 0: every
+        op known to work at that level (or `fail_on` never)."""
+        if self.failing(fail_on):
+            return 1
+        if fail_on != "never" and any(a.klass == UNKNOWN for a in self.answers):
+            return NO_ANSWER_EXIT
+        return 0
+
+    def answered_from(self):
+        """What the answers rest on, as a dict: the question's device, the evidence rank of the
+        run (if any), the declared release and macOS (if any), and the database asked."""
+        run, declared = self.run, self.declared
+        return {"rank": evidence_rank(run) if run else knowledge.DECLARED,
+                "run_id": run and run["id"],
+                "declared_release": declared and declared.release,
+                "declared_macos": declared and (declared.macos or f">= {declared.min_macos}"),
+                "db": self.db_path}
 
     def to_json(self, fail_on=FALLBACK):
-        run = self.run
+        run = self.run or {}
         return {
             "model": self.model_ops.model, "mode": self.model_ops.mode,
             "dtype": self.model_ops.dtype, "distinct_ops": self.model_ops.distinct,
@@ -93,6 +117,7 @@ class Report:
             "run": {k: run.get(k) for k in ("id", "device", "device_name", "backend",
                                             "torch_version", "os_name", "os_version",
                                             "chip", "started", "state")},
+            "answered_from": self.answered_from(),
             "counts": {name: self.counts().get(name, 0) for name in ANSWERS},
             "fallback_calls": sum(a.use.count for a in self.answers if a.klass == FALLBACK),
             "fail_on": fail_on, "exit_code": self.exit_code(fail_on),
@@ -148,26 +173,72 @@ def this_macos():
     return (platform.mac_ver()[0] or None) if sys.platform == "darwin" else None
 
 
-def answer(conn, model_ops, run, model_ms=None, recorded_in=None):
-    """The Report for `model_ops` against one run (a runs-table row)."""
-    evidence = Evidence(conn, run["id"])
+def answer(conn, model_ops, run, model_ms=None, recorded_in=None, declared=None, db_path=None):
+    """The Report for `model_ops` against one run (a runs-table row), its gaps answered
+    by `declared` (a declared.Declared); with no run, against `declared` alone."""
     have_macos = this_macos()
-    measured_macos = run.get("os_version") if run.get("os_name") == "macOS" else None
+    if run is not None:
+        evidence = Evidence(conn, run["id"], fallback=declared)
+        source = f"{_rank(run)}, run {run['id'][:12]}"
+        measured_macos = run.get("os_version") if run.get("os_name") == "macOS" else None
+    else:
+        evidence, source, measured_macos = declared, declared.describe(), None
     answers = []
     for use in model_ops.ops:
         m = evidence.match(use)
         ev = m.ev
         message = ev.messages[0] if ev and ev.messages else None
+        said = m.source or source
+        if said.startswith(knowledge.DECLARED):
+            said = declared.describe()
         tips = []
         if m.klass in (UNSUPPORTED, MISMATCH, FALLBACK):
             kinds = [k for k, _ in ev.kinds.most_common()] if ev else []
             min_macos = max(ev.min_macos, key=_version, default=None) if ev else None
             tips = advice.for_answer(use.aten_op, m.status, kinds, use.dtype, message, min_macos,
-                                     have_macos, measured_macos)
+                                     have_macos, None if m.source else measured_macos)
+        if m.source:      # a declaration's text is what PyTorch would say, not what anything said
+            message = None
         answers.append(OpAnswer(use, m.klass, m.status, m.note, sorted(ev.via) if ev else [],
-                                message, blame.timing(ev), m.confidence, tips))
+                                message, blame.timing(ev), m.confidence, tips, said))
     answers.sort(key=lambda a: (ORDER[a.klass], a.use.aten_op, a.use.dtype or ""))
-    return Report(model_ops, run, answers, model_ms, recorded_in, speed=speed_of(conn, model_ops))
+    beside = [] if run is not None or conn is None else \
+        [describe(r) for r in list_runs(conn, with_results_only=True) if not answers_mps(r)]
+    return Report(model_ops, run, answers, model_ms, recorded_in,
+                  speed=speed_of(conn, model_ops) if conn is not None else None,
+                  declared=declared, db_path=db_path, beside=beside)
+
+
+def _rank(run):
+    rank = evidence_rank(run)
+    return f"measured on {run['device']}, not MPS" if rank == knowledge.OTHER_DEVICE else rank
+
+
+def _basis_lines(report):
+    """The report's first lines after the title: what the answers rest on."""
+    run, declared, db = report.run, report.declared, report.db_path
+    in_db = f"in {db}" if db else f"(no database: {report.db_missing or 'none'} does not exist)"
+    if run is None:
+        lines = [f"MPS: {declared.describe()}; no measured MPS run {in_db}"]
+        if report.beside:
+            lines.append(f"  beside it, not MPS evidence: {len(report.beside)} other run(s) "
+                         f"({'; '.join(report.beside[:2])}{'; …' if len(report.beside) > 2 else ''}): "
+                         "--device or --run-id shows one's answers")
+        return lines
+    target = f"{run['device']} ({run.get('device_name') or '?'})"
+    where = " ".join(x for x in (run.get("os_name"), run.get("os_version")) if x)
+    rank = _rank(run)
+    lines = [(f"MPS: {rank}: " if rank in (knowledge.MEASURED, knowledge.MEASURED_VM) else "") +
+             f"answers from run {run['id'][:12]}: {target}, torch {run['torch_version']}, "
+             f"{where}, {(run.get('started') or '')[:10]}"]
+    if run.get("backend"):
+        lines.append("  (a test backend: NOT a real device measurement)")
+    elif rank not in knowledge.RANKS:
+        lines.append(f"  ({rank}: asked for with --device or --run-id)")
+    gaps = sum(a.source.startswith(knowledge.DECLARED) for a in report.answers)
+    if declared and gaps:
+        lines.append(f"  {gaps} answer(s) the run leaves open: {declared.describe()}")
+    return lines
 
 
 def speed_of(conn, model_ops):
@@ -220,19 +291,13 @@ def _code_lines(lines, limit=3):
 def format_report(report, fail_on=FALLBACK):
     """The human-readable report, as a list of lines."""
     mo, run = report.model_ops, report.run
-    target = f"{run['device']} ({run.get('device_name') or '?'})"
-    where = " ".join(x for x in (run.get("os_name"), run.get("os_version")) if x)
     lines = [f"{mo.model} {mo.mode}, {mo.dtype} — {mo.distinct} distinct aten ops, "
-             f"answered per (op, dtype): {len(report.answers)}",
-             f"answers from run {run['id'][:12]}: {target}, torch {run['torch_version']}, "
-             f"{where}, {(run.get('started') or '')[:10]}"]
-    if run.get("backend"):
-        lines.append("  (a test backend: NOT a real device measurement)")
+             f"answered per (op, dtype): {len(report.answers)}"] + _basis_lines(report)
     summary = []
     for name in ANSWERS:
         group = [a for a in report.answers if a.klass == name]
         if group:
-            shown = f" ({_names(group)})" if name not in (OK, UNCHECKED) else ""
+            shown = f" ({_names(group)})" if name not in (OK, UNCHECKED, DECLARED) else ""
             summary.append(f"{ANSWER[name].symbol} {len(group)} {ANSWER[name].label}{shown}")
     lines.append("  " + "   ".join(summary))
     if mo.kept:
@@ -260,8 +325,10 @@ def format_report(report, fail_on=FALLBACK):
         # How sure a `?` is, unless the note says it already ("never probed in float16 (probed in …)").
         sure = f" [{a.confidence}]" if a.klass == UNKNOWN and a.confidence not in (None, OTHER_DTYPES) \
             and a.confidence not in a.note else ""
+        # An answer resting on other evidence than the header's says which.
+        other = f" [{a.source}]" if a.source.startswith(knowledge.DECLARED) and run is not None else ""
         lines.append(f"{ANSWER[a.klass].symbol} {a.use.aten_op:<{width}} {a.use.dtype or '-':<9} "
-                     f"×{a.use.count:<4} {a.note}{sure}{timing}")
+                     f"×{a.use.count:<4} {a.note}{sure}{timing}{other}")
         where = "   ".join(x for x in (_listed(a.use.places) and f"in {_listed(a.use.places)}",
                                        a.use.lines and f"at {_code_lines(a.use.lines)}") if x)
         if where:
@@ -271,9 +338,12 @@ def format_report(report, fail_on=FALLBACK):
         if a.klass in (UNSUPPORTED, MISMATCH, FALLBACK) and a.message:
             lines.append(f"    {a.message[:160]}")
         lines += [f"    → {tip.text} ({tip.source})" for tip in a.suggestions]
-    failing = report.failing(fail_on)
+    failing, code = report.failing(fail_on), report.exit_code(fail_on)
+    unknown = sum(a.klass == UNKNOWN for a in report.answers)
     lines.append("")
-    lines.append(f"exit 1: {len(failing)} (op, dtype) pair(s) at or above --fail-on {fail_on}" if failing
+    lines.append(f"exit 1: {len(failing)} (op, dtype) pair(s) at or above --fail-on {fail_on}" if code == 1
+                 else f"exit {code}: nothing at or above --fail-on {fail_on}, but {unknown} (op, dtype) "
+                      "pair(s) rest on no evidence: not a yes" if code == NO_ANSWER_EXIT
                  else f"exit 0: nothing at or above --fail-on {fail_on}")
     if report.batch_sweep:
         from mpsprobe.modelcheck.batches import format_sweep

@@ -1,8 +1,9 @@
 """The site's "check ops" page: paste the op list `mpsprobe check --export` wrote, get the answers.
 
 Accepts that JSON, a JSON list of aten op names, or one name a line; answers
-against a chosen run (default: the run picker's, mpsprobe.db.query.runs) with
-the same rules and report as `mpsprobe check` (mpsprobe.modelcheck.report).
+from the best evidence for MPS, as `mpsprobe check` does (modelcheck.declared.answering:
+a measured MPS run, else what PyTorch declares), or from a chosen run, with the
+same rules and report (mpsprobe.modelcheck.report); each answer names its evidence.
 """
 import json
 
@@ -11,6 +12,7 @@ from datasette import hookimpl
 from mpsprobe.db.query import blame, runs as runs_q
 from mpsprobe.errors import MpsprobeError
 from mpsprobe.modelcheck import report as check
+from mpsprobe.modelcheck.declared import answering
 from mpsprobe.site.common import get_database, render
 from mpsprobe.vocabulary import ANSWER, ANSWERS
 
@@ -24,8 +26,9 @@ TEMPLATE = """{% extends "base.html" %}
 a JSON list of aten op names, or one name a line.</p>
 <form class="mp-form" action="{{ action }}" method="get">
 <p><textarea name="ops" rows="8" style="width: 100%; font-family: monospace" aria-label="ops">{{ ops_text }}</textarea></p>
-<p><label>Answer from run <select name="run">
-{% for r in runs %}<option value="{{ r.id }}"{% if run and r.id == run.id %} selected{% endif %}>{{ r.label }}</option>{% endfor %}
+<p><label>Answer from <select name="run">
+<option value="">the best evidence for MPS</option>
+{% for r in runs %}<option value="{{ r.id }}"{% if chosen and r.id == chosen %} selected{% endif %}>run {{ r.label }}</option>{% endfor %}
 </select></label>
 <label>dtype (for bare names) <input name="dtype" value="{{ dtype }}" size="9"></label>
 <input type="submit" value="Check"></p>
@@ -35,13 +38,14 @@ a JSON list of aten op names, or one name a line.</p>
 <h2>{% if report.model == pasted %}Your list{% else %}{{ report.model }} {{ report.mode }}{% endif %}, {{ report.dtype }}: {{ report.distinct_ops }} distinct aten op{{ 's' if report.distinct_ops != 1 }}</h2>
 {% if resolved %}<p class="mp-subtitle">{% for name, found in resolved.items() %}<code>{{ name }}</code> read as {% for f in found %}<code>{{ f }}</code>{% if not loop.last %}, {% endif %}{% endfor %}. {% endfor %}</p>{% endif %}
 <p>{% for a in answers %}{% if report.counts[a.name] %}<strong>{{ a.symbol }} {{ report.counts[a.name] }}</strong> {{ a.label }} &nbsp; {% endif %}{% endfor %}</p>
+<p class="mp-subtitle">{{ report.basis }}</p>
 {% if report.run.backend %}<p class="message-warning">This run used a test backend: not a real device measurement.</p>{% endif %}
 <table class="rows-and-columns">
 <thead><tr><th></th><th>aten op</th><th>dtype</th><th>answer</th><th>calls</th><th>where</th><th>probe ops</th><th>target / CPU ms</th></tr></thead>
 <tbody>
 {% for o in report.ops %}<tr>
 <td>{{ symbols[o["class"]] }}</td><td><code>{{ o.aten_op }}</code></td><td>{{ o.dtype or "" }}</td>
-<td>{% if o.status %}<span class="st {{ status_class(o.status) }}">{{ status_symbol(o.status) }} {{ o.status }}</span> {% endif %}{{ o.note }}{% if o.message %}<br><small>{{ o.message[:200] }}</small>{% endif %}{% for s in o.suggestions %}<br><small>→ {{ s.text }} (<a href="{{ s.source }}">source</a>)</small>{% endfor %}</td>
+<td>{% if o.status %}<span class="st {{ status_class(o.status) }}">{{ status_symbol(o.status) }} {{ o.status }}</span> {% endif %}{{ o.note }}<br><small>{{ o.source }}</small>{% if o.message %}<br><small>{{ o.message[:200] }}</small>{% endif %}{% for s in o.suggestions %}<br><small>→ {{ s.text }} (<a href="{{ s.source }}">source</a>)</small>{% endfor %}</td>
 <td>{{ o.count }}</td><td>{{ o.places[:3]|join(", ") }}{% if o.lines %}<br><small>{{ o.lines[:3]|join(", ") }}</small>{% endif %}</td>
 <td>{% for v in o.probe_ops[:4] %}<a href="{{ op_base }}{{ v|urlencode }}">{{ v }}</a> {% endfor %}</td>
 <td>{% if o.target_ms is not none %}{{ "%.3g"|format(o.target_ms) }} / {{ "%.3g"|format(o.cpu_ms) }}{% endif %}</td>
@@ -58,6 +62,14 @@ def _label(run):
 
 
 PASTED = "pasted"
+
+
+def _basis(found, declared):
+    """One sentence: what the answers rest on."""
+    if found["run_id"] is None:
+        return f"Answered from what PyTorch declares: {declared.describe()} (no measured MPS run here)."
+    said = f"Answered from run {found['run_id'][:12]}: {found['rank']}"
+    return said + (f"; what it leaves open: {declared.describe()}." if declared else ".")
 
 
 def _parse(text, dtype):
@@ -100,6 +112,7 @@ async def check_ops_page(datasette, request):
     ops_text = params.get("ops") or ""
     dtype = params.get("dtype") or "float32"
     context = {"action": datasette.urls.path(PATH), "ops_text": ops_text, "dtype": dtype,
+               "chosen": params.get("run") or None,
                "runs": [], "run": None, "report": None, "problem": None, "resolved": {},
                "pasted": PASTED,
                "op_base": datasette.urls.path("/-/op/"),
@@ -108,11 +121,15 @@ async def check_ops_page(datasette, request):
 
     def answer(conn):
         runs = runs_q.list_runs(conn, with_results_only=True)
-        run = runs_q.pick_run(conn, run_id=params.get("run") or None)
+        # The best evidence for MPS (a measured MPS run, else PyTorch's declarations), or the run asked for.
+        run, declared = answering(conn, run_id=params.get("run") or None)
         report, resolved = None, {}
         if ops_text.strip():
-            data, resolved = _resolve(_parse(ops_text, dtype), blame.aten_names(conn, run["id"]))
-            report = check.answer(conn, check.ops_from_json(data), run).to_json()
+            known = blame.aten_names(conn, run["id"]) if run else set()
+            data, resolved = _resolve(_parse(ops_text, dtype), known)
+            report = check.answer(conn, check.ops_from_json(data), run, declared=declared,
+                                  db_path=db.name).to_json()
+            report["basis"] = _basis(report["answered_from"], declared)
         return runs, run, report, resolved
     try:
         runs, run, report, resolved = await db.execute_fn(answer)

@@ -2,6 +2,7 @@
 
 The same report as `mpsprobe findings` (mpsprobe.db.query.findings), rendered.
 ?run=ID picks the run (default: the run picker's), ?against=mps|cuda the declaration.
+Only like is compared with like: a CPU run against MPS lists nothing, and says why.
 """
 from datasette import hookimpl
 from datasette.utils.asgi import NotFound
@@ -19,7 +20,7 @@ PAGE = """{% extends "base.html" %}
 <button type="submit">Compare</button></form>
 {% if problem %}<p class="mp-empty">{{ problem }}</p>{% else %}
 <p>Run {{ run.id[:12] }} ({{ run.device }}, torch {{ run.torch_version }}) against the {{ device }}
-declarations of torch {{ version }}.
+declarations of torch {{ version }} (from the {{ origin }}).
 Agreement of measured support with the declaration:
 <strong>{{ rate }}</strong> ({{ agree }} of {{ decided }} pairs; {{ undetermined }} undetermined).</p>
 {% for kind, title, why, rows in sections %}
@@ -51,13 +52,14 @@ async def findings_page(datasette, request):
     except runs_q.RunNotFound as e:
         context["problem"] = str(e)
     except findings.FindingsError as e:
-        context["problem"] = str(e)
+        context["problem"] = e.web
         context["run"] = next((r for r in runs if r["id"] == wanted), None)
     else:
         agreement = report["agreement"]
         device = report["declared"]["device"]
         context.update(
             run=report["run"], device=device, version=report["declared"]["torch_version"],
+            origin=report["declared"]["from"],
             agree=agreement["agree"], decided=agreement["agree"] + agreement["disagree"],
             undetermined=agreement["undetermined"],
             rate="n/a" if agreement["rate"] is None else f"{agreement['rate']:.1%}",
