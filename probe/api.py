@@ -78,7 +78,7 @@ class Run:
 def probe(ops=None, dtypes=None, device="auto", samples=3, db="mpsprobe.db", *, timing=True,
           workers=0, timeout=60.0, mps_fallback=False, shard=None, torch="current",
           backend=None, resume=False, fresh=False, strict_precision=False, passes=None, select=None,
-          on_start=None, on_case=None, on_pair=None, say=None):
+          runner_label=None, command=None, on_start=None, on_case=None, on_pair=None, say=None):
     """Probe ops (OpInfo names or globs; all by default) in dtypes on a device.
 
     Each case runs on the CPU and on the target in an isolated worker and is
@@ -90,6 +90,9 @@ def probe(ops=None, dtypes=None, device="auto", samples=3, db="mpsprobe.db", *, 
     math) off; by default they stay as the device has them, and a kernel that ran in
     one is judged against that mode's error. `passes`: which passes of each op
     (vocabulary.PASSES, a list or "forward,backward"; default all).
+    Provenance: `runner_label` names the fleet machine (see `run --runner-label`);
+    `command` is recorded as the command that made the run (default: this
+    process's command line).
     Callbacks: on_start(run, todo) once the run is open (run.state "running"; todo:
     the pairs still to do), on_case(pair, index, result),
     on_pair(pair, n_cases); say(text) for progress lines.
@@ -105,8 +108,8 @@ def probe(ops=None, dtypes=None, device="auto", samples=3, db="mpsprobe.db", *, 
         db_path=str(db), device=device, backend=backend, ops=_split(ops), dtypes=_split(dtypes),
         samples=samples, timing=timing, workers=workers, timeout=timeout,
         mps_fallback=mps_fallback, shard=tuple(shard) if shard else None, python=python,
-        resume=resume, fresh=fresh, strict_precision=strict_precision,
-        **({"passes": tuple(_split(passes))} if passes else {}))
+        resume=resume, fresh=fresh, strict_precision=strict_precision, runner_label=runner_label,
+        command=command, **({"passes": tuple(_split(passes))} if passes else {}))
     sweep = Sweep(options)
     env, pairs = sweep.prepare(select)
     todo = sweep.open()

@@ -50,6 +50,11 @@ class MpsprobeGroup(click.Group):
         module, _, attr = COMMANDS[name].partition(":")
         return getattr(importlib.import_module(module), attr)
 
+    def parse_args(self, ctx, args):
+        # The command line as typed, for the runs it makes to record (runs.command).
+        ctx.meta["mpsprobe.argv"] = ["mpsprobe", *args]
+        return super().parse_args(ctx, args)
+
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
