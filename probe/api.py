@@ -379,10 +379,29 @@ def record_declared_history(db="mpsprobe.db", versions="2.0..2.13", cache_dir=No
     return results
 
 
-def merge(sources, output, say=lambda report: None):
-    """Merge mpsprobe databases into `output`; returns a report per source."""
+def merge(sources, output, say=lambda report: None, unverified=False):
+    """Merge mpsprobe databases and bundles into `output`; returns a report per source.
+
+    A bundle is verified first and refused unless it passes (`unverified=True`
+    takes it anyway)."""
     from mpsprobe.db.merge import merge as merge_dbs
-    return merge_dbs(sources, output, say=say)
+    return merge_dbs(sources, output, say=say, unverified=unverified)
+
+
+def submit(db, output, run_id=None):
+    """Write a run of `db` (the run picker's, or `run_id`) as a bundle to `output`
+    (.json, or .json.gz): its rows, its provenance and a content hash. Returns the
+    bundle's dict."""
+    from mpsprobe.db import bundle
+    return bundle.write(str(db), str(output), run_id=run_id)
+
+
+def verify(path, against=None):
+    """Check a bundle: its hash, its consistency, its provenance; flag for review what
+    contradicts MPS's rules and, with `against` (a database), the declaration and every
+    other machine. Returns a Verdict (`ok`, `problems`, `flags`)."""
+    from mpsprobe.db import bundle
+    return bundle.verify(str(path), against=str(against) if against else None)
 
 
 def migrate(path):

@@ -27,6 +27,8 @@ COMMANDS = {
     "declared": "mpsprobe.cli.declared:declared",
     "findings": "mpsprobe.cli.findings:findings",
     "ops": "mpsprobe.cli.ops:ops",
+    "submit": "mpsprobe.cli.submit:submit",
+    "verify": "mpsprobe.cli.verify:verify",
 }
 
 
