@@ -31,7 +31,9 @@ each comes from):
 - a simulated Mac (`machine: {"chip": "Apple M1", "gpu_cores": 8, "macos": "13.6",
   "virtualized": 0}`): the run records that machine's facts in place of the host's
   (its device name still says test backend, and so does every result), so a fleet
-  of Macs can be simulated on one Linux box. Its `macos` is the simulated macOS.
+  of Macs can be simulated on one Linux box. Its `macos` is the simulated macOS;
+  `torch` files the run under another torch release (the device name says which
+  torch really ran underneath).
 
 Which aten op does what is set by the FAKE_MPS environment variable (JSON,
 keys as in DEFAULTS), so each test picks its own ops.
@@ -280,7 +282,8 @@ class FakeMPS(Target):
             return "FAKE MPS (test backend on the CPU)"
         gpu = machine.get("gpu") or machine.get("chip") or "a Mac"
         cores = f" ({machine['gpu_cores']}-core GPU)" if machine.get("gpu_cores") else ""
-        return f"FAKE MPS as {gpu}{cores} (test backend on the CPU)"
+        underneath = f", torch {torch.__version__} underneath" if machine.get("torch") else ""
+        return f"FAKE MPS as {gpu}{cores} (test backend on the CPU{underneath})"
 
     def machine_facts(self):
         machine = self.config.get("machine")
@@ -291,6 +294,8 @@ class FakeMPS(Target):
         for key in ("chip", "gpu_cores", "os_build", "hw_model", "memory_bytes"):
             if machine.get(key) is not None:
                 facts[key] = machine[key]
+        if machine.get("torch"):
+            facts["torch_version"] = machine["torch"]
         return facts
 
     def context(self):

@@ -228,11 +228,8 @@ def describe(target):
         gpu_cores = props.multi_processor_count  # streaming multiprocessors
         cuda_version = getattr(torch.version, "cuda", None) or getattr(torch.version, "hip", None)
         gpu_driver = _nvidia_driver()
-    simulated = getattr(target, "machine_facts", dict)()
-    facts.update(simulated)
-    gpu_cores = simulated.get("gpu_cores", gpu_cores)
     version = torch.__version__
-    return {
+    record = {
         "torch_version": version,
         "torch_version_key": version_key(version),
         "torch_git": getattr(torch.version, "git_version", None),
@@ -253,3 +250,8 @@ def describe(target):
         "translated": _translated(),
         "device_env": device_env(),
     }
+    simulated = getattr(target, "machine_facts", dict)()
+    if simulated:
+        record.update(simulated)
+        record["torch_version_key"] = version_key(record["torch_version"])
+    return record
