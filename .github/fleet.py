@@ -83,8 +83,11 @@ def probe(environ):
         run += ["--timeout", environ["FLEET_TIMEOUT"]]
     run += shlex.split(environ.get("MPSPROBE_RUN_ARGS") or "")
     _call(run)
-    bundle = os.path.join(out, f"{name}.bundle.json.gz")
-    _call([_mpsprobe(), "submit", "--db", db, "-o", bundle])
+    # The run's id in the name: a job run again (or two releases a laptop calls "current") never overwrites.
+    before = set(os.listdir(out))
+    _call([_mpsprobe(), "submit", "--db", db, "-o", os.path.join(out, f"{name}-{{run}}.bundle.json.gz")])
+    (written,) = set(os.listdir(out)) - before
+    bundle = os.path.join(out, written)
     _call([_mpsprobe(), "verify", bundle])
     for leftover in (db, db + "-wal", db + "-shm"):   # the bundle carries the run
         if os.path.exists(leftover):
