@@ -205,3 +205,35 @@ def test_the_grid_keeps_two_chips_on_one_macos_apart(tmp_path):
     assert [g for g, _ in found["groups"]] == ["mps · macOS 26 · Apple M1", "mps · macOS 26 · Apple M4"]
     assert [c["status"] for c in found["rows"][0]["cells"]] == ["mismatch", "pass"]
     schema.close(db)
+
+
+def test_check_says_whether_bare_metal_or_a_virtual_machine_answers(fleet_db, run_cli):
+    model = ROOT / "tests" / "models" / "convnet.py"
+    bare = run_cli("check", model, "--db", fleet_db)
+    assert bare.exit_code in (0, 1), bare.output
+    assert "(bare metal, Apple M" in bare.output and "virtual machine" not in bare.output.splitlines()[1]
+    virtual = run_cli("check", model, "--db", fleet_db, "--macos", "15")
+    assert "macOS 15.7.2 (virtual machine, Apple M4 (Virtual))" in virtual.output.splitlines()[1]
+
+
+def test_provenance_names_the_runner_the_command_and_a_paravirtual_gpu(monkeypatch):
+    from types import SimpleNamespace
+
+    from mpsprobe.engine import environment
+    assert environment.runner_label("macos-m2-15", {"RUNNER_NAME": "x"}) == "macos-m2-15"
+    assert environment.runner_label(None, {"MPSPROBE_RUNNER_LABEL": "macos-m1-14"}) == "macos-m1-14"
+    assert environment.runner_label(None, {"GITHUB_ACTIONS": "true", "RUNNER_NAME": "mac-7"}) == "mac-7"
+    assert environment.runner_label(None, {"RUNNER_NAME": "mac-7"}) is None   # not in CI: no label
+    assert environment.command_line(["/x/bin/mpsprobe", "run", "--ops", "a b"]) == "mpsprobe run --ops 'a b'"
+    assert environment.mac_virtualized("0", {}, gpu_model="Apple Paravirtual device") == 1
+    assert environment.mac_virtualized("0", {}, gpu_model="Apple M2 Max") == 0
+    # A guest whose sysctl says nothing is still a VM when its MPS device is the paravirtual GPU.
+    facts = {("sw_vers", "-productVersion"): "15.7.2", ("sysctl", "-n", "machdep.cpu.brand_string"): "Apple M1 (Virtual)"}
+    monkeypatch.setattr(environment.sys, "platform", "darwin")
+    monkeypatch.setattr(environment, "_command", lambda *args: facts.get(args))
+    monkeypatch.delenv("GITHUB_ACTIONS", raising=False)
+    target = SimpleNamespace(torch_device=SimpleNamespace(type="mps", index=None), name="mps",
+                             device_name="Apple Paravirtual device", backend=None)
+    assert environment.describe(target)["virtualized"] == 1
+    target.device_name = "Apple M1 (8-core GPU)"
+    assert environment.describe(target)["virtualized"] is None   # unknown, not claimed bare

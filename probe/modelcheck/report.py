@@ -14,7 +14,7 @@ from typing import Optional
 
 from mpsprobe import suggestions as advice
 from mpsprobe.db.query import blame
-from mpsprobe.db.query.runs import VIRTUAL_MACHINE
+from mpsprobe.db.query.runs import VIRTUAL_MACHINE, machine_kind
 from mpsprobe.vocabulary import (ANSWER, ANSWERS, FAIL_ON, FALLBACK, MISMATCH, OK, OTHER_DTYPES,
                                  UNCHECKED, UNKNOWN, UNSUPPORTED)
 from .capture import CheckError, ModelOps, OpUse, ops_from_json  # noqa: F401 (re-exported)
@@ -222,6 +222,8 @@ def format_report(report, fail_on=FALLBACK):
     mo, run = report.model_ops, report.run
     target = f"{run['device']} ({run.get('device_name') or '?'})"
     where = " ".join(x for x in (run.get("os_name"), run.get("os_version")) if x)
+    if run.get("os_name") == "macOS":   # a virtual machine's GPU is not a Mac's: say which answers
+        where += f" ({machine_kind(run)}{', ' + run['chip'] if run.get('chip') else ''})"
     lines = [f"{mo.model} {mo.mode}, {mo.dtype} — {mo.distinct} distinct aten ops, "
              f"answered per (op, dtype): {len(report.answers)}",
              f"answers from run {run['id'][:12]}: {target}, torch {run['torch_version']}, "
