@@ -23,6 +23,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import time
 
 HOSTED = re.compile(r"^macos-(\d+|latest)(-(large|xlarge))?$")
 
@@ -60,7 +61,9 @@ def _mpsprobe():
 
 def _call(args):
     print("+ " + shlex.join(args), flush=True)
+    began = time.monotonic()
     code = subprocess.call(args)
+    print(f"  ({args[1]}: exit {code}, {time.monotonic() - began:.1f} s)", flush=True)
     if code:
         raise SystemExit(code)
 

@@ -9,12 +9,13 @@ Every job runs `python .github/fleet.py probe` exactly as the workflow does
 the test backend. Nothing here is a measurement of a Mac: it times the
 fleet's machinery (the sweep's harness, bundles, verify, merge, the site).
 
-    python benchmarks/fleet_simulated.py [--ops 'add,exp,mul,sum,nn.functional.relu'] [--shards 2]
+    python benchmarks/fleet_simulated.py [--ops 'add,exp,mul,sum,nn.functional.relu'] [--shards 1]
 """
 import argparse
 import asyncio
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -48,7 +49,9 @@ def job(out, label, release, shard, shards, args):
                           capture_output=True, text=True)
     if done.returncode:
         raise SystemExit(done.stdout + done.stderr)
-    return time.perf_counter() - began
+    # fleet.py says how long each command took: "  (run: exit 0, 12.3 s)".
+    steps = {m.group(1): float(m.group(2)) for m in re.finditer(r"\((\w+): exit 0, ([\d.]+) s\)", done.stdout)}
+    return time.perf_counter() - began, steps
 
 
 def timed(fn):
@@ -63,7 +66,7 @@ def main():
     parser.add_argument("--ops", default="add,exp,mul,sum,nn.functional.relu")
     parser.add_argument("--dtypes", default="float32,float16,bfloat16,float64")
     parser.add_argument("--samples", type=int, default=1)
-    parser.add_argument("--shards", type=int, default=2)
+    parser.add_argument("--shards", type=int, default=1)
     args = parser.parse_args()
     import mpsprobe
     from mpsprobe.site import make_datasette
@@ -73,17 +76,18 @@ def main():
           f"ops {args.ops}; dtypes {args.dtypes}; {args.samples} sample(s)")
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "bundles"
-        print("\n| job (probe workflow: run, submit, verify) | wall s |\n|---|---|")
+        print("\n| job (the probe workflow's step) | wall s | run | submit | verify |\n|---|---|---|---|---|")
         total = 0.0
         for label in MACHINES:
             for release in TORCH:
                 for shard in range(1, args.shards + 1):
-                    took = job(out, label, release, shard, args.shards, args)
+                    took, steps = job(out, label, release, shard, args.shards, args)
                     total += took
-                    print(f"| {label} torch {release} shard {shard}/{args.shards} | {took:.1f} |")
+                    print(f"| {label} torch {release} shard {shard}/{args.shards} | {took:.1f} | "
+                          + " | ".join(f"{steps.get(k, float('nan')):.1f}" for k in ("run", "submit", "verify")) + " |")
         bundles = sorted(out.glob("*.bundle.json.gz"))
         sizes = [b.stat().st_size for b in bundles]
-        print(f"| all {len(bundles)} jobs, one after another | {total:.1f} |")
+        print(f"| all {len(bundles)} jobs, one after another | {total:.1f} | | | |")
         verdicts, verify_s = timed(lambda: [mpsprobe.verify(b) for b in bundles])
         assert all(v.ok for v in verdicts), [v.problems for v in verdicts if not v.ok]
         results = sum(v.rows for v in verdicts)
