@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 
 from mpsprobe.errors import MpsprobeError
 from mpsprobe.versions import version_key
-from mpsprobe.vocabulary import FORWARD, PASS_COLUMN, PASSES, REASON_KIND, STATUSES, WORKING
+from mpsprobe.vocabulary import FORWARD, PASS, PASS_COLUMN, PASSES, REASON_KIND, STATUSES, WORKING
 from . import schema
 
 FORMAT = "mpsprobe-bundle"
@@ -365,7 +365,7 @@ def review_flags(run, results, against=None):
     device = declared_device(run.get("device"))
     if device == "mps":
         for r in results:
-            if r.get("dtype") in MPS_MISSING_DTYPES and r.get("status") in WORKING and r.get("status") != "skip":
+            if r.get("dtype") in MPS_MISSING_DTYPES and r.get("status") == PASS:
                 flags.append(f"{r['case_id']}: {r['status']} in {r['dtype']} on MPS, which has no "
                              f"{r['dtype']}")
     if against and device:
@@ -390,10 +390,12 @@ def _against(run, results, against, device):
                                 "AND device = ?", [release, device]):
                 declared[(r["op_id"], r["dtype"])] = r["status"]
         others = {}
+        # Other runs on the same kind of device, a test backend's only beside a test backend's.
+        kind = str(run.get("device") or "").split(":")[0]
         for r in rows(
                 conn, f'SELECT op_id, dtype, "{PASS_COLUMN}" AS p, status FROM results JOIN runs ON runs.id = results.run_id '
-                "WHERE runs.id != ? AND (runs.device = ? OR runs.device LIKE ? OR runs.device = ?)",
-                [run.get("id"), device, device + ":%", "fake-" + device]):
+                "WHERE runs.id != ? AND (runs.device = ? OR runs.device LIKE ?) AND (runs.backend IS NULL) = ?",
+                [run.get("id"), kind, kind + ":%", not run.get("backend")]):
             others.setdefault((r["op_id"], r["dtype"], r["p"]), set()).add(_works(r["status"]))
     finally:
         schema.close(db)
