@@ -11,6 +11,11 @@ Shard runs stay separate runs, each with its own machine facts; the
 `run_sweeps`/`sweeps`/`sweep_op_dtype_status` views (db/views.py) group
 the shards of one sweep, so a merged sharded sweep reads like one run.
 
+A source may also be a bundle (`mpsprobe submit`, db/bundle.py): it is
+verified first and refused, with the reason, unless it passes (or
+`unverified=True` says to take it anyway); a verified bundle's run is merged
+like a database's.
+
 Sources are only read, each in one snapshot (one read transaction), so a
 source a run is still writing gives a consistent picture; nothing is created
 beside a source. A source with an older schema is migrated in a temporary
@@ -168,27 +173,57 @@ def _merge_one(src_conn, db, report):
             report.rows_added[table] = _merge_table(src_conn, db, table, columns)
 
 
-def merge(sources, target, say=lambda text: None):
-    """Merge the mpsprobe databases `sources` into `target` (created if missing).
+def _bundles_as_databases(sources, scratch, unverified):
+    """Each bundle among `sources` verified and written into a database in `scratch`;
+    returns (the sources with those databases in their place, {database: bundle path})."""
+    from . import bundle
+    found, names = [], {}
+    for path in sources:
+        if not os.path.isfile(path) or not bundle.is_bundle(path):
+            found.append(path)
+            continue
+        verdict = bundle.verify(path)
+        if not verdict.ok and not unverified:
+            raise MergeError(f"{path}: refused, not verified: {verdict.problems[0]} "
+                             f"(`mpsprobe verify {path}` lists every problem)")
+        try:
+            body = bundle.read(path)
+            db_path = bundle.load(body, os.path.join(scratch, f"bundle-{len(names)}.db"))
+        except (bundle.BundleError, KeyError, TypeError, sqlite3.Error) as e:
+            raise MergeError(f"{path}: cannot merge this bundle: {e}") from None
+        names[db_path] = path
+        found.append(db_path)
+    return found, names
+
+
+def merge(sources, target, say=lambda text: None, unverified=False):
+    """Merge the mpsprobe databases and bundles `sources` into `target` (created if missing).
 
     Returns a SourceReport per source. Raises MergeError, writing nothing, for
-    an unusable source (missing, not mpsprobe, newer schema) or target.
+    an unusable source (missing, not mpsprobe, newer schema, a bundle that
+    fails verification unless `unverified`) or target.
     """
     sources = [str(s) for s in sources]
     target = str(target)
-    versions = _check_sources(sources, target)
+    scratch = tempfile.mkdtemp(prefix="mpsprobe-merge-")
+    try:
+        sources, bundles = _bundles_as_databases(sources, scratch, unverified)
+        versions = _check_sources(sources, target)
+    except BaseException:
+        shutil.rmtree(scratch, ignore_errors=True)
+        raise
     created = not os.path.exists(target)
     try:
         db = schema.open_db(target)
     except schema.DatabaseError as e:
+        shutil.rmtree(scratch, ignore_errors=True)
         raise MergeError(f"cannot write the output: {e}") from None
     reports = []
-    scratch = tempfile.mkdtemp(prefix="mpsprobe-merge-")
     merged = False
     try:
         with schema.write_transaction(db.conn):  # the whole merge, or nothing
             for path in sources:
-                report = SourceReport(path, versions[path])
+                report = SourceReport(bundles.get(path, path), versions[path])
                 src_conn = _snapshot(path, versions[path], scratch)
                 try:
                     _merge_one(src_conn, db, report)

@@ -12,6 +12,7 @@ The Python API (see the README for a notebook example):
     mpsprobe.record_declared_history("x.db", "2.0..2.13")   # downloads macOS wheels
     mpsprobe.build_knowledge("kb.json.gz", "2.0..2.15")    # the bundled knowledge base
     mpsprobe.merge(["a.db", "b.db"], "all.db"), mpsprobe.migrate("old.db")
+    mpsprobe.submit("x.db", "x.bundle.json"), mpsprobe.verify("x.bundle.json")   # a contribution
     speed = mpsprobe.bench(ops=["add", "matmul"], device="mps", max_size=1e6, db="x.db")
     speed.crossovers                         # where the target starts to beat the CPU
     mpsprobe.sweep_batches(model, example_inputs, batches=(1, 8, 32), device="mps", db="x.db")
@@ -29,7 +30,8 @@ from mpsprobe.errors import MpsprobeError
 __version__ = "0.1.0"
 
 _API = ("probe", "check_model", "open_db", "findings", "record_declared",
-        "record_declared_history", "build_knowledge", "merge", "migrate", "op_statuses", "Run")
+        "record_declared_history", "build_knowledge", "merge", "migrate", "op_statuses", "Run",
+        "submit", "verify")
 _SPEED = {"bench": "mpsprobe.speed", "Bench": "mpsprobe.speed", "sweep_batches": "mpsprobe.modelcheck.batches"}
 __all__ = ["MpsprobeError", "__version__", *_API, *_SPEED]
 

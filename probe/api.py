@@ -86,7 +86,7 @@ class Run:
 def probe(ops=None, dtypes=None, device="auto", samples=3, db="mpsprobe.db", *, timing=True,
           workers=0, timeout=60.0, mps_fallback=False, shard=None, torch="current",
           backend=None, resume=False, fresh=False, strict_precision=False, passes=None, select=None,
-          on_start=None, on_case=None, on_pair=None, say=None):
+          runner_label=None, command=None, on_start=None, on_case=None, on_pair=None, say=None):
     """Probe ops (OpInfo names or globs; all by default) in dtypes on a device.
 
     Each case runs on the CPU and on the target in an isolated worker and is
@@ -98,6 +98,9 @@ def probe(ops=None, dtypes=None, device="auto", samples=3, db="mpsprobe.db", *, 
     math) off; by default they stay as the device has them, and a kernel that ran in
     one is judged against that mode's error. `passes`: which passes of each op
     (vocabulary.PASSES, a list or "forward,backward"; default all).
+    Provenance: `runner_label` names the fleet machine (see `run --runner-label`);
+    `command` is recorded as the command that made the run (default: this
+    process's command line).
     Callbacks: on_start(run, todo) once the run is open (run.state "running"; todo:
     the pairs still to do), on_case(pair, index, result),
     on_pair(pair, n_cases); say(text) for progress lines.
@@ -113,8 +116,8 @@ def probe(ops=None, dtypes=None, device="auto", samples=3, db="mpsprobe.db", *, 
         db_path=str(db), device=device, backend=backend, ops=_split(ops), dtypes=_split(dtypes),
         samples=samples, timing=timing, workers=workers, timeout=timeout,
         mps_fallback=mps_fallback, shard=tuple(shard) if shard else None, python=python,
-        resume=resume, fresh=fresh, strict_precision=strict_precision,
-        **({"passes": tuple(_split(passes))} if passes else {}))
+        resume=resume, fresh=fresh, strict_precision=strict_precision, runner_label=runner_label,
+        command=command, **({"passes": tuple(_split(passes))} if passes else {}))
     sweep = Sweep(options)
     env, pairs = sweep.prepare(select)
     todo = sweep.open()
@@ -517,10 +520,29 @@ def build_knowledge(path, versions=None, wheels=(), installed=None, cache_dir=No
     return results
 
 
-def merge(sources, output, say=lambda report: None):
-    """Merge mpsprobe databases into `output`; returns a report per source."""
+def merge(sources, output, say=lambda report: None, unverified=False):
+    """Merge mpsprobe databases and bundles into `output`; returns a report per source.
+
+    A bundle is verified first and refused unless it passes (`unverified=True`
+    takes it anyway)."""
     from mpsprobe.db.merge import merge as merge_dbs
-    return merge_dbs(sources, output, say=say)
+    return merge_dbs(sources, output, say=say, unverified=unverified)
+
+
+def submit(db, output, run_id=None):
+    """Write a run of `db` (the run picker's, or `run_id`) as a bundle to `output`
+    (.json, or .json.gz): its rows, its provenance and a content hash. Returns the
+    bundle's dict."""
+    from mpsprobe.db import bundle
+    return bundle.write(str(db), str(output), run_id=run_id)
+
+
+def verify(path, against=None):
+    """Check a bundle: its hash, its consistency, its provenance; flag for review what
+    contradicts MPS's rules and, with `against` (a database), the declaration and every
+    other machine. Returns a Verdict (`ok`, `problems`, `flags`)."""
+    from mpsprobe.db import bundle
+    return bundle.verify(str(path), against=str(against) if against else None)
 
 
 def migrate(path):

@@ -106,9 +106,12 @@ def make_datasette(db_path, live=None, time_limit_ms=DEFAULT_TIME_LIMIT_MS):
 
 
 def datasette_args(metadata_path, time_limit_ms=DEFAULT_TIME_LIMIT_MS):
-    """The `datasette publish`/`package` options that carry the site's files."""
+    """The `datasette publish`/`package` options that carry the site's files. The
+    settings are options of the deployed `datasette serve` (publish has no
+    --setting of its own), so they travel in --extra-options."""
     args = ["--metadata", str(metadata_path), "--template-dir", str(TEMPLATES_DIR),
             "--plugins-dir", str(PLUGINS_DIR), "--static", f"{STATIC_MOUNT}:{STATIC_DIR}"]
+    settings = []
     for key, value in site_settings(time_limit_ms).items():
-        args += ["--setting", key, str(value).lower() if isinstance(value, bool) else str(value)]
-    return args
+        settings += ["--setting", key, str(value).lower() if isinstance(value, bool) else str(value)]
+    return args + ["--extra-options", " ".join(settings)]

@@ -27,7 +27,13 @@ each comes from):
 - an op refuses its input as over MPS's limit of 16 dimensions (a size limit),
   or refuses inputs of one rank only, in MPS's words (3-D convolution);
 - a backward kernel is missing (softplus_backward, as on MPS for years), and
-  another returns gradients off by a factor.
+  another returns gradients off by a factor;
+- a simulated Mac (`machine: {"chip": "Apple M1", "gpu_cores": 8, "macos": "13.6",
+  "virtualized": 0}`): the run records that machine's facts in place of the host's
+  (its device name still says test backend, and so does every result), so a fleet
+  of Macs can be simulated on one Linux box. Its `macos` is the simulated macOS;
+  `torch` files the run under another torch release (the device name says which
+  torch really ran underneath).
 
 Which aten op does what is set by the FAKE_MPS environment variable (JSON,
 keys as in DEFAULTS), so each test picks its own ops.
@@ -139,7 +145,9 @@ DEFAULTS = {
     "out_of_memory_once": [],                    # ops that run out of memory until the cache is emptied after
     "rank_limit": [],                            # ops that refuse inputs of any rank (as if > 16)
     "refuse_rank": {},                           # op -> [rank, MPS text]: raised for inputs of that
-}                                                #   rank only (5-D convolution below macOS 13.2)
+                                                 #   rank only (5-D convolution below macOS 13.2)
+    "machine": None,                             # a simulated Mac's facts (see the docstring)
+}
 
 # Read once, when the backend loads, as MPSFallback.mm does.
 FALLBACK_ENABLED = os.environ.get("PYTORCH_ENABLE_MPS_FALLBACK", "0") not in ("", "0")
@@ -152,6 +160,8 @@ _warned_once = False
 def _config():
     config = dict(DEFAULTS)
     config.update(json.loads(os.environ.get("FAKE_MPS", "{}")))
+    if config["machine"] and config["machine"].get("macos") and not config["macos"]:
+        config["macos"] = config["machine"]["macos"]   # a simulated Mac's macOS rules its refusals
     if isinstance(config["abort"], list):
         config["abort"] = {op: "assertion" for op in config["abort"]}
     return config
@@ -267,7 +277,26 @@ class FakeMPS(Target):
 
     @property
     def device_name(self):
-        return "FAKE MPS (test backend on the CPU)"
+        machine = self.config.get("machine")
+        if not machine:
+            return "FAKE MPS (test backend on the CPU)"
+        gpu = machine.get("gpu") or machine.get("chip") or "a Mac"
+        cores = f" ({machine['gpu_cores']}-core GPU)" if machine.get("gpu_cores") else ""
+        underneath = f", torch {torch.__version__} underneath" if machine.get("torch") else ""
+        return f"FAKE MPS as {gpu}{cores} (test backend on the CPU{underneath})"
+
+    def machine_facts(self):
+        machine = self.config.get("machine")
+        if not machine:
+            return {}
+        facts = {"os_name": "macOS", "os_version": machine.get("macos") or self.config.get("macos"),
+                 "virtualized": int(bool(machine.get("virtualized")))}
+        for key in ("chip", "gpu_cores", "os_build", "hw_model", "memory_bytes"):
+            if machine.get(key) is not None:
+                facts[key] = machine[key]
+        if machine.get("torch"):
+            facts["torch_version"] = machine["torch"]
+        return facts
 
     def context(self):
         return FakeMPSMode(self.config, self.state)

@@ -413,10 +413,10 @@ def test_serve_refuses_what_it_cannot_show(tmp_path, run_cli):
     assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1
 
 
-def test_publish_passes_the_site_files_to_datasette(site_db, run_cli):
-    result = run_cli("publish", site_db, "cloudrun", "--dry-run", "--", "--service", "probe")
+def test_publish_passes_the_site_files_to_datasette(site_db, run_cli, tmp_path):
+    result = run_cli("publish", site_db, "cloudrun", "--dry-run", "--out", tmp_path, "--", "--service", "probe")
     assert result.exit_code == 0, result.output
-    command = result.output.split()
+    command = result.stdout.split()
     assert command[1:4] == ["publish", "cloudrun", site_db]
     for flag in ("--metadata", "--template-dir", "--plugins-dir", "--static"):
         assert flag in command

@@ -1,7 +1,8 @@
 """The compat grid: ops as rows, torch versions as columns, as MDN and caniuse draw it.
 
 Columns are grouped by where they were measured: device, OS and OS major
-version, bare metal apart from virtualised. Within a group each torch version
+version, bare metal apart from virtualised, and on macOS the chip (MPS bugs
+are per chip: an M1's results are never pooled with an M4's). Within a group each torch version
 is one column, answered by its newest run; a declared version of the device
 with no measured column of its own gets a declared-only column. A cell is the
 worst status over the op's cases (one dtype, or all when none is asked for),
@@ -23,15 +24,17 @@ from .runs import VIRTUAL_MACHINE, device_rank, list_runs, machine_kind
 
 
 def group_key(run):
-    """(device kind, OS, OS major, virtual machine?): a column group (runs.machine_kind decides)."""
+    """(device kind, OS, OS major, virtual machine?, chip on macOS): a column group
+    (runs.machine_kind decides what is virtual)."""
+    chip = run.get("chip") if run.get("os_name") == "macOS" else None
     return ((run.get("device") or "?").split(":", 1)[0], run.get("os_name") or "",
-            major_version(run.get("os_version")) or "", machine_kind(run) == VIRTUAL_MACHINE)
+            major_version(run.get("os_version")) or "", machine_kind(run) == VIRTUAL_MACHINE, chip or "")
 
 
 def group_label(key):
-    device, os_name, os_major, virtual = key
+    device, os_name, os_major, virtual, chip = key
     where = " ".join(x for x in (os_name, os_major) if x)
-    return f"{device} · {where}" + (f" · {VIRTUAL_MACHINE}" if virtual else "")
+    return f"{device} · {where}" + (f" · {VIRTUAL_MACHINE}" if virtual else "") + (f" · {chip}" if chip else "")
 
 
 def columns(conn):
@@ -55,13 +58,13 @@ def columns(conn):
     for device in ("mps", "cuda"):
         for version in declared_q.versions(conn, device):
             if not same_release(measured[device], version):
-                found.append({"group": (device, "declared", "", False), "torch_version": version,
+                found.append({"group": (device, "declared", "", False, ""), "torch_version": version,
                               "label": f"{device} · declared, not measured", "run_id": None,
                               "declared": (version, device)})
     found.sort(key=lambda c: sort_key(c["torch_version"]))
     found.sort(key=lambda c: (device_rank(c["group"][0]), c["group"][1] == "declared",
                               c["group"][1], -int(c["group"][2] or 0) if str(c["group"][2]).isdigit()
-                              else 0, c["group"][3]))
+                              else 0, c["group"][3], c["group"][4]))
     return found
 
 

@@ -27,6 +27,8 @@ COMMANDS = {
     "declared": "mpsprobe.cli.declared:declared",
     "findings": "mpsprobe.cli.findings:findings",
     "ops": "mpsprobe.cli.ops:ops",
+    "submit": "mpsprobe.cli.submit:submit",
+    "verify": "mpsprobe.cli.verify:verify",
 }
 
 
@@ -49,6 +51,11 @@ class MpsprobeGroup(click.Group):
             return None
         module, _, attr = COMMANDS[name].partition(":")
         return getattr(importlib.import_module(module), attr)
+
+    def parse_args(self, ctx, args):
+        # The command line as typed, for the runs it makes to record (runs.command).
+        ctx.meta["mpsprobe.argv"] = ["mpsprobe", *args]
+        return super().parse_args(ctx, args)
 
     def invoke(self, ctx):
         try:

@@ -178,6 +178,38 @@ def merge_reports(reports, output):
     return lines
 
 
+def machine(run):
+    """Where a run was measured, as a contributor or reviewer reads it."""
+    from mpsprobe.db.query.runs import machine_kind
+    gpu = f", {run['gpu_cores']}-core GPU" if run.get("gpu_cores") else ""
+    memory = f", {run['memory_bytes'] / 2**30:.0f} GB" if run.get("memory_bytes") else ""
+    build = f" ({run['os_build']})" if run.get("os_build") else ""
+    label = f", runner {run['runner_label']}" if run.get("runner_label") else ""
+    test = ", test backend: NOT a real device" if run.get("backend") else ""
+    return (f"{run.get('device')} on {run.get('chip')}{gpu}{memory}, {run.get('os_name')} "
+            f"{run.get('os_version')}{build}, {machine_kind(run)}{label}, torch {run.get('torch_version')}{test}")
+
+
+def submitted(body, path):
+    run = body["run"]
+    return [f"wrote {path}: run {run['id'][:12]}, {len(body['rows']['results']['rows'])} results, {body['hash']}",
+            f"  measured on {machine(run)}",
+            f"check it with `mpsprobe verify {path}`, then attach it to a pull request"]
+
+
+def verdicts(found):
+    lines = []
+    for v in found:
+        where = f" ({machine(v.run)})" if v.run.get("device") else ""
+        if v.ok:
+            lines.append(f"{v.path}: verified: run {str(v.run.get('id'))[:12]}, {v.rows} results{where}")
+        else:
+            lines.append(f"{v.path}: REFUSED{where}")
+            lines += [f"  ✗ {p}" for p in v.problems]
+        lines += [f"  review: {f}" for f in v.flags]
+    return lines
+
+
 def merge_json(reports):
     return as_json([{"source": r.path, "schema_version": r.schema_version,
                      "runs_added": r.runs_added, "runs_updated": r.runs_updated,

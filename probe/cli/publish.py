@@ -1,5 +1,4 @@
 """`mpsprobe publish`: host the site with `datasette publish` (or `datasette package`)."""
-import json
 import os
 import shlex
 import shutil
@@ -15,31 +14,39 @@ import click
 @click.argument("platform")
 @click.argument("extra", nargs=-1, type=click.UNPROCESSED)
 @click.option("--dry-run", is_flag=True, help="Print the datasette command instead of running it.")
-def publish(db_path, platform, extra, dry_run):
+@click.option("--out", "out_dir", default=None, type=click.Path(file_okay=False),
+              help="Keep the files the command names (metadata, the mpsprobe wheel) in this folder; "
+                   "by default they live in a temporary folder, removed afterwards.")
+def publish(db_path, platform, extra, dry_run, out_dir):
     """Host the site: `datasette publish PLATFORM` (or `datasette package`) with the site's files.
 
     PLATFORM is any `datasette publish` target (cloudrun, heroku, or one a
     plugin adds, like vercel or fly) or `package` for a local Docker image.
+    The deploy installs this checkout's mpsprobe (a wheel built here, with the
+    site's requirements only: no torch), which the site's plugins import.
     Options after `--` go to datasette unchanged.
 
     \b
     Example:
         mpsprobe publish mpsprobe.db cloudrun -- --service mpsprobe
-        mpsprobe publish mpsprobe.db package --dry-run
+        mpsprobe publish mpsprobe.db package --dry-run --out deploy
     """
-    from mpsprobe.site import check_database, database_name, datasette_args, site_metadata
+    from mpsprobe.site import check_database, database_name
+    from mpsprobe.site.deploy import publish_command
 
     check_database(db_path)
     datasette = shutil.which("datasette") or "datasette"
-    folder = tempfile.mkdtemp(prefix="mpsprobe-publish-")
-    metadata_path = os.path.join(folder, "metadata.json")
-    with open(metadata_path, "w") as f:
-        json.dump(site_metadata(db_path), f, indent=2)
     verb = ["package"] if platform == "package" else ["publish", platform]
-    command = [datasette, *verb, db_path, *datasette_args(metadata_path), *extra]
-    if dry_run:
-        click.echo(shlex.join(command))
-        return
-    click.echo(f"publishing {db_path} as database {database_name(db_path)!r}", err=True)
-    sys.exit(subprocess.call(command))
-
+    with tempfile.TemporaryDirectory(prefix="mpsprobe-publish-") as scratch:
+        folder = out_dir or scratch
+        os.makedirs(folder, exist_ok=True)
+        command = publish_command(datasette, verb, db_path, folder, extra)
+        if dry_run:
+            click.echo(shlex.join(command))
+            if not out_dir:
+                click.echo("(dry run: the files it names were in a temporary folder, now removed; "
+                           "--out DIR keeps them)", err=True)
+            return
+        click.echo(f"publishing {db_path} as database {database_name(db_path)!r}", err=True)
+        code = subprocess.call(command)
+    sys.exit(code)

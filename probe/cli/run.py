@@ -38,11 +38,14 @@ LOG_EVERY_S = 10   # without a terminal, a progress line at most this often
 @click.option("--strict-precision", is_flag=True,
               help="Turn the target's reduced-precision modes (TF32, MPS fast math) off. By default "
                    "they stay on, and a kernel that ran in one is judged against that mode's error.")
+@click.option("--runner-label", default=None,
+              help="Which fleet machine this is (a CI runner label such as macos-m2-15), kept with the "
+                   "run; default: MPSPROBE_RUNNER_LABEL, else the runner's name under GitHub Actions.")
 @click.option("--backend", default=None, hidden=True,
               help="FILE.py[:factory] defining a custom target (used by the test suite).")
 @click.option("--json", "as_json", is_flag=True, help="Print a machine-readable summary.")
 def run(db_path, device, ops, dtypes, samples, timing, workers, timeout, mps_fallback,
-        torch_spec, passes, shard, resume, fresh, strict_precision, backend, as_json):
+        torch_spec, passes, shard, resume, fresh, strict_precision, runner_label, backend, as_json):
     """Probe every OpInfo op on a device and record the results.
 
     Each case (op, dtype, sample) runs on the CPU and on the target in an
@@ -56,7 +59,9 @@ def run(db_path, device, ops, dtypes, samples, timing, workers, timeout, mps_fal
         mpsprobe run --device cuda --no-timing --db cuda.db
         mpsprobe run --ops nn.functional.gelu --passes forward,backward
         mpsprobe run --torch 2.5.1 --ops add --db history.db
+        mpsprobe run --shard 1/4 --runner-label macos-m2-15 --db shard-1.db
     """
+    import shlex
     import time
     # The first line names the target and what will run, before any heavy import.
     click.echo(output.plan_line(device, ops, dtypes, samples, db_path, shard, torch_spec,
@@ -110,7 +115,8 @@ def run(db_path, device, ops, dtypes, samples, timing, workers, timeout, mps_fal
         run = mpsprobe.probe(ops, dtypes, device, samples, db_path, timing=timing, workers=workers,
                              timeout=timeout, mps_fallback=mps_fallback, shard=shard, passes=passes,
                              torch=torch_spec, backend=backend, resume=resume, fresh=fresh,
-                             strict_precision=strict_precision,
+                             strict_precision=strict_precision, runner_label=runner_label,
+                             command=shlex.join(click.get_current_context().meta.get("mpsprobe.argv") or []) or None,
                              on_start=on_start, on_case=on_case, on_pair=on_pair,
                              say=lambda text: click.echo(text, err=True))
     except KeyboardInterrupt:

@@ -112,6 +112,11 @@ class Target:
         threading.Thread(target=tiny, daemon=True).start()
         return took[0] if done.wait(timeout) else None
 
+    def machine_facts(self):
+        """Facts of a machine this target simulates, replacing the host's in the run's
+        record (runs columns: chip, os_version, virtualized, …); a real device has none."""
+        return {}
+
     def context(self):
         """Entered around every call on the target."""
         return contextlib.nullcontext()

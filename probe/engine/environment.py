@@ -90,17 +90,24 @@ def _mac():
     }
 
 
-def mac_virtualized(hv_vmm_present, environ=None):
+# What a macOS guest's GPU calls itself (GitHub's hosted arm64 runners show it).
+PARAVIRTUAL_GPU = "Apple Paravirtual device"
+
+
+def mac_virtualized(hv_vmm_present, environ=None, gpu_model=None):
     """1 on a macOS guest, 0 on bare metal, None when unknown.
 
     `kern.hv_vmm_present` is 1 inside a VM. GitHub's hosted macOS runners are
     VMs (about 1 GB for MPS, outputs unlike a real Mac's: actions/runner-images
-    #9918, #11899, #14380); they say so in their environment too, which counts
-    even where the sysctl is missing.
+    #9918, #11899, #14380); they say so in their environment too, and their GPU
+    is the "Apple Paravirtual device", either of which counts even where the
+    sysctl is missing.
     """
     import os
     environ = os.environ if environ is None else environ
     if environ.get("GITHUB_ACTIONS") == "true" and environ.get("RUNNER_ENVIRONMENT") == "github-hosted":
+        return 1
+    if gpu_model and "paravirtual" in gpu_model.lower():
         return 1
     return _int(hv_vmm_present)
 
@@ -170,8 +177,37 @@ def device_env(environ=None):
             if k.startswith("PYTORCH_MPS_") or k == "PYTORCH_ENABLE_MPS_FALLBACK"}
 
 
+def runner_label(explicit=None, environ=None):
+    """Which machine of a fleet ran this: the label given (`run --runner-label`, or
+    MPSPROBE_RUNNER_LABEL, which the fleet's workflow sets to its matrix label), else
+    the runner's name under GitHub Actions, else None (a laptop)."""
+    import os
+    environ = os.environ if environ is None else environ
+    if explicit:
+        return explicit
+    if environ.get("MPSPROBE_RUNNER_LABEL"):
+        return environ["MPSPROBE_RUNNER_LABEL"]
+    if environ.get("GITHUB_ACTIONS") == "true" and environ.get("RUNNER_NAME"):
+        return environ["RUNNER_NAME"]
+    return None
+
+
+def command_line(argv=None):
+    """The exact command this process was started with, as a shell would take it back."""
+    import os
+    import shlex
+    argv = sys.argv if argv is None else argv
+    if not argv:
+        return None
+    return shlex.join([os.path.basename(argv[0]) or argv[0], *argv[1:]])
+
+
 def describe(target):
-    """A dict of the runs-table fields that describe this machine and `target`."""
+    """A dict of the runs-table fields that describe this machine and `target`.
+
+    A test target may stand in for a machine it simulates (Target.machine_facts):
+    its facts replace the host's, and its `backend` still marks every result as
+    a test backend's."""
     import torch
     if sys.platform == "darwin":
         facts = _mac()
@@ -182,15 +218,18 @@ def describe(target):
                  "chip": platform.processor() or None}
     kind = target.torch_device.type
     gpu_cores = cuda_version = gpu_driver = None
+    device_name = target.device_name
     if kind == "mps" and sys.platform == "darwin":
         gpu_cores = _mac_gpu_cores()
+        if PARAVIRTUAL_GPU.lower() in (device_name or "").lower():
+            facts["virtualized"] = 1   # a guest whose sysctl says nothing still names its GPU
     if kind == "cuda":
         props = torch.cuda.get_device_properties(target.torch_device)
         gpu_cores = props.multi_processor_count  # streaming multiprocessors
         cuda_version = getattr(torch.version, "cuda", None) or getattr(torch.version, "hip", None)
         gpu_driver = _nvidia_driver()
     version = torch.__version__
-    return {
+    record = {
         "torch_version": version,
         "torch_version_key": version_key(version),
         "torch_git": getattr(torch.version, "git_version", None),
@@ -205,9 +244,14 @@ def describe(target):
         "virtualized": facts.get("virtualized"),
         "cuda_version": cuda_version, "gpu_driver": gpu_driver,
         "device": target.name,
-        "device_name": target.device_name,
+        "device_name": device_name,
         "backend": target.backend,
         "hostname": socket.gethostname(),
         "translated": _translated(),
         "device_env": device_env(),
     }
+    simulated = getattr(target, "machine_facts", dict)()
+    if simulated:
+        record.update(simulated)
+        record["torch_version_key"] = version_key(record["torch_version"])
+    return record

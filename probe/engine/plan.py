@@ -32,6 +32,8 @@ class SweepOptions:
     fresh: bool = False           # never continue: always start a new run
     strict_precision: bool = False  # reduced-precision modes (TF32, fast math) off in workers
     passes: tuple = PASSES        # which passes of each op: forward, backward, inplace, out
+    runner_label: str = None      # the fleet machine running it (not part of the run's identity)
+    command: str = None           # the command line recorded with the run (default: this process's)
 
     def key_fields(self):
         """The options that decide which cases a run holds (and so its identity)."""

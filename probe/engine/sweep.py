@@ -11,6 +11,7 @@ from dataclasses import asdict
 import mpsprobe
 from mpsprobe.db import schema
 from mpsprobe.db.writer import RunWriter
+from . import environment
 from .launch import worker_command
 from .plan import PlanError, SweepOptions, in_shard, parse_shard, run_key  # noqa: F401
 from .pool import Pool, WorkerError
@@ -170,8 +171,9 @@ class Sweep:
                         f"same cases), or use --fresh for a separate run")
             return None
         options_record = {k: v for k, v in asdict(options).items()
-                          if k not in ("resume", "fresh", "db_path")}
-        env = dict(self.env, source="opinfo")
+                          if k not in ("resume", "fresh", "db_path", "runner_label", "command")}
+        env = dict(self.env, source="opinfo", runner_label=environment.runner_label(options.runner_label),
+                   command=options.command or environment.command_line())
         try:
             self.writer, self.resumed = RunWriter.claim(
                 db, run_key(self.env, options), env, options_record, mpsprobe.__version__,

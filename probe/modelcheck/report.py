@@ -17,7 +17,7 @@ from typing import Optional
 from mpsprobe import suggestions as advice
 from mpsprobe.db.query import blame, knowledge
 from mpsprobe.db.query.runs import (VIRTUAL_MACHINE, answers_mps, describe, evidence_rank,
-                                   list_runs)
+                                   list_runs, machine_kind)
 from mpsprobe.vocabulary import (ANSWER, ANSWERS, DECLARED, FAIL_ON, FALLBACK, MISMATCH,
                                  NO_ANSWER_EXIT, OK, OTHER_DTYPES, UNCHECKED, UNKNOWN, UNSUPPORTED)
 from .capture import CheckError, ModelOps, OpUse, ops_from_json  # noqa: F401 (re-exported)
@@ -227,6 +227,8 @@ def _basis_lines(report):
         return lines
     target = f"{run['device']} ({run.get('device_name') or '?'})"
     where = " ".join(x for x in (run.get("os_name"), run.get("os_version")) if x)
+    if run.get("os_name") == "macOS":   # a virtual machine's GPU is not a Mac's: say which answers
+        where += f" ({machine_kind(run)}{', ' + run['chip'] if run.get('chip') else ''})"
     rank = _rank(run)
     lines = [(f"MPS: {rank}: " if rank in (knowledge.MEASURED, knowledge.MEASURED_VM) else "") +
              f"answers from run {run['id'][:12]}: {target}, torch {run['torch_version']}, "
