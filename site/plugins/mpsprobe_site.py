@@ -464,6 +464,9 @@ def startup(datasette):
         datasette.jinja_env.globals["mpsprobe_nav"] = navigation(datasette)
     except NotFound:
         pass
+    # A heavy request's queries run within its allowance (mpsprobe.site.limits).
+    for database in datasette.databases.values():
+        limits.bound(database)
 
 
 @hookimpl
@@ -483,5 +486,11 @@ def fts_query(text):
 
 @hookimpl
 def asgi_wrapper(datasette):
+    """Gzip outside, the traffic limits (mpsprobe.site.guard) inside: the response
+    cap counts the bytes of the answer, not of its compressed form."""
+    from mpsprobe.site.guard import Guard
     from mpsprobe.site.gzip import gzip_app
-    return gzip_app
+
+    def canned_names(database):
+        return set(CANNED_QUERIES) | set(datasette.metadata("queries", database=database) or {})
+    return lambda app: gzip_app(Guard(datasette, app, canned_names))
