@@ -16,7 +16,7 @@ import json
 import urllib.parse
 import weakref
 
-from mpsprobe.site.limits import MAX_ANSWER_BYTES, Allowance, current_allowance, too_large
+from mpsprobe.site.limits import MAX_ANSWER_BYTES, Allowance, bound, current_allowance, too_large
 
 WAITING_PER_SLOT = 2       # a heavy request beyond these is refused at once
 RETRY_AFTER_S = 2
@@ -53,8 +53,6 @@ class Guard:
                 await self.app(scope, receive, capped)
         except ResponseCut:
             pass
-        if capped is not send:
-            await capped.finish()
 
     async def heavy(self, scope, receive, send):
         line = self._line()
@@ -71,6 +69,8 @@ class Guard:
                 message = f"no query slot came free within {self.max_wait:g} s; try again in a few seconds"
                 return await self.refuse(scope, send, 429, "Too many queries", message,
                                          [(b"retry-after", str(RETRY_AFTER_S).encode())])
+            for database in self.datasette.databases.values():
+                bound(database)
             token = current_allowance.set(Allowance(self.seconds, self.max_bytes))
             try:
                 await self.app(scope, receive, send)
@@ -146,6 +146,7 @@ class Capped:
         self.send, self.max_bytes, self.guard, self.scope = send, max_bytes, guard, scope
         self.start = None          # held back until the first body shows whether it streams
         self.sent = 0
+        self.ends_line = True      # what was sent so far ends at a line's end
         self.done = False
 
     async def __call__(self, message):
@@ -168,16 +169,13 @@ class Capped:
             await self.send(start)
         if self.sent + len(body) <= self.max_bytes:
             self.sent += len(body)
+            self.ends_line = body.endswith(b"\n") if body else self.ends_line
             return await self.send(message)
         room = body[: self.max_bytes - self.sent]
         room = room[: room.rfind(b"\n") + 1]
         self.done = True
-        notice = (f"\n# cut here: {too_large(self.max_bytes)}\n").encode()
+        notice = (f"# cut here: {too_large(self.max_bytes)}\n").encode()
+        if not (room or self.ends_line):
+            notice = b"\n" + notice
         await self.send({"type": "http.response.body", "body": room + notice, "more_body": False})
         raise ResponseCut()
-
-    async def finish(self):
-        """A response that started but never sent a body still gets its head."""
-        if self.start is not None and not self.done:
-            start, self.start = self.start, None
-            await self.send(start)

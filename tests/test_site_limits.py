@@ -15,7 +15,6 @@ from collections import Counter
 import pytest
 
 from mpsprobe.site import database_name, make_datasette
-from mpsprobe.site.guard import Guard
 from mpsprobe.site.limits import MAX_ANSWER_BYTES, MAX_LENGTH
 
 TIME_LIMIT_MS = 500
@@ -165,6 +164,7 @@ def test_heavy_queries_queue_or_are_refused_while_a_cheap_page_answers(site_db):
 
 
 def test_what_counts_as_heavy(site_db):
+    from mpsprobe.site.guard import Guard
     ds = served(site_db, 2000)
     name = database_name(site_db)
     guard = Guard(ds, None, lambda database: {"fallbacks"} if database == name else set())
