@@ -39,16 +39,16 @@ TIME_LIMIT_MS = 2000
 ENDLESS = "with recursive c(x) as (select 1 union all select x + 1 from c) select count(*) from c"
 DEADLINE_QUERIES = {
     "length(hex(randomblob(9999999))) x 200 rows": "select length(hex(randomblob(9999999))) from results",
-    "sum(length(hex(randomblob(49999)))) x 40,000 rows":
-        "select sum(length(hex(randomblob(49999)))) from results, results r2",
-    "instr over 99 KB and 49 KB x 200 rows":
-        "select instr(zeroblob(99000) || r.rowid, zeroblob(49000) || 'x') from results r",
+    "sum(length(hex(randomblob(24999)))) x 40,000 rows":
+        "select sum(length(hex(randomblob(24999)))) from results, results r2",
+    "instr over 49 KB and 24 KB x 200 rows":
+        "select instr(zeroblob(49000) || r.rowid, zeroblob(24000) || 'x') from results r",
     "endless recursive CTE": ENDLESS,
 }
 SIZE_QUERIES = {
     "hex(randomblob(9000000)) x 10 rows (180 MB)": "select hex(randomblob(9000000)) from runs, runs r2 limit 10",
-    "hex(randomblob(49000)) x 1,000 rows (98 MB)":
-        "select hex(randomblob(49000)) from results, results r2 limit 1000",
+    "hex(randomblob(24000)) x 1,000 rows (48 MB)":
+        "select hex(randomblob(24000)) from results, results r2 limit 1000",
 }
 
 

@@ -9,11 +9,12 @@ call runs far past it: `length(hex(randomblob(9999999)))` over 200 rows took
   a function fails at once with "string or blob too big"), and printf/format
   refuse a width or precision that could only build such a string (SQLite's
   printf pads one character at a time, past any length limit). The largest
-  value the site shows is a few KB (messages are cut at 500 characters, a
-  run's options are a small JSON object); the cap is also what bounds one
-  function call, and some builtins are quadratic in their arguments:
-  instr() and replace() over two 2 MB strings take 70-90 s in one call, over
-  100 KB ones about 0.15 s.
+  value stored is a few KB (an FTS index block 4 KB, a view's SQL 4.3 KB,
+  messages cut at 500 characters; a run's options with every op named would
+  be ~15 KB), and a value over the limit cannot even be read. The cap is also
+  what bounds one function call, and some builtins are quadratic in their
+  arguments: instr() and replace() over 2 MB strings take 70-90 s in one call,
+  over 100 KB ones 0.2 s, over 50 KB ones 0.03 s.
 - Wall clock: a heavy request (see mpsprobe.site.guard) gets an Allowance; a
   watchdog thread interrupts its connection (sqlite3_interrupt, which SQLite
   checks at every row, not every 1,000 instructions) once the request's
@@ -29,7 +30,7 @@ import sqlite3
 import threading
 import time
 
-MAX_LENGTH = 100_000           # bytes in one string or blob
+MAX_LENGTH = 50_000            # bytes in one string or blob
 MAX_WIDTH = MAX_LENGTH         # a printf width or precision
 MAX_ANSWER_BYTES = 10_000_000  # rows one heavy request may fetch; bytes in one response
 REPEAT_INTERRUPT_S = 0.01      # a statement started after an interrupt clears it: interrupt again
