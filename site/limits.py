@@ -21,7 +21,8 @@ call runs far past it: `length(hex(randomblob(9999999)))` over 200 rows took
   deadline passes, whatever the statement is doing.
 - Bytes: the rows a heavy request fetches are counted as they arrive; past
   MAX_ANSWER_BYTES the query fails with a one-line "answer too large", so the
-  server never holds more than that for one request.
+  server holds little more than that for one request (the responses
+  themselves are capped by the guard).
 """
 import asyncio
 import contextvars
