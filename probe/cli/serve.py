@@ -13,7 +13,8 @@ import click
 @click.option("--live", is_flag=True,
               help="Open read-only instead of immutable, to follow a run that is still writing.")
 @click.option("--time-limit", "time_limit_ms", default=2000, show_default=True, type=int,
-              help="Milliseconds any one SQL query may take.")
+              help="Milliseconds any one SQL query may take (for SQL visitors write: "
+                   "a wall-clock deadline per request).")
 @click.option("-o", "--open", "open_browser", is_flag=True, help="Open the matrix in a browser.")
 def serve(db_path, host, port, live, time_limit_ms, open_browser):
     """Browse a database: compatibility matrix, op history, compare runs, search.

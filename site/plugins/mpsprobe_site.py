@@ -483,5 +483,11 @@ def fts_query(text):
 
 @hookimpl
 def asgi_wrapper(datasette):
+    """Gzip outside, the traffic limits (mpsprobe.site.guard) inside: the response
+    cap counts the bytes of the answer, not of its compressed form."""
+    from mpsprobe.site.guard import Guard
     from mpsprobe.site.gzip import gzip_app
-    return gzip_app
+
+    def canned_names(database):
+        return set(CANNED_QUERIES) | set(datasette.metadata("queries", database=database) or {})
+    return lambda app: gzip_app(Guard(datasette, app, canned_names))
