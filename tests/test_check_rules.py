@@ -142,3 +142,23 @@ def test_a_replayed_sort_with_ties_is_judged_by_the_values_its_indices_point_at(
     assert result["status"] == PASS, result
     plain = run_case(op, torch.float32, sample, Ties("cpu"), timing=False, op_key="aten::unknown_op")
     assert plain["status"] != PASS
+
+
+def test_a_randomized_algorithms_gradient_is_not_judged_against_the_cpus_draw():
+    """svd_lowrank's gradient is unique in exact arithmetic, but its rounding error is the
+    random projection's: a correct target drawing its own projection errs beyond the
+    CPU's error with the CPU's draw (here 1.13x the floors), so it is no unique answer."""
+    import wrong_backend
+    from torch.testing._internal.opinfo.core import SampleInput
+    from mpsprobe.engine.backward import run_backward_case
+
+    def op(a, b):
+        torch.manual_seed(42)   # as OpInfo's wrapper_set_seed: the CPU's draw is fixed
+        return torch.svd_lowrank(a @ b.mT, q=2)
+    g = torch.Generator().manual_seed(0)
+    a, b = (torch.randn(3, 2, dtype=torch.complex64, generator=g) for _ in range(2))
+    wrong_backend._REDRAWS[0] = 60    # the target's draws: seeds of their own
+    result = run_backward_case(op, torch.complex64, SampleInput(a.requires_grad_(), args=(b.requires_grad_(),)),
+                               wrong_backend.WrongTarget("redraw"), "svd_lowrank", timing=False)
+    assert (result["status"], result["reason_kind"]) == ("skip", "no_unique_answer"), result["reason"]
+    assert "random projection" in result["reason"]

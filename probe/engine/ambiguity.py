@@ -402,6 +402,11 @@ def gradient_not_unique(op_key, args, kwargs, cpu_out, dtype):
         return "repeated eigen/singular values: the vectors, and so their gradient, are not unique"
     if op_key in ("svd_lowrank", "pca_lowrank") and not lowrank_exact(op_key, args, kwargs, cpu_out, dtype):
         return "q below the matrix's rank: the approximation depends on the random projection"
+    if op_key in ("svd_lowrank", "pca_lowrank"):
+        # Unique in exact arithmetic, but its rounding error is the draw's: on the CPU, other
+        # projections err up to 1300x the reference's (benchmarks/README.md, svd_lowrank).
+        return ("a randomized algorithm: the gradient's rounding error depends on the random projection, "
+                "which the target draws with its own generator, so the CPU's error does not bound it")
     return None
 
 
