@@ -250,9 +250,11 @@ def check_model(model, example_inputs=None, db="mpsprobe.db", *, input_shape=Non
                 except capture.CheckError as e:
                     raise MpsprobeError(f"{model}: {e}") from None
             else:
+                # Traced for the device asked: the CPU's own kernels only when the CPU is asked for,
+                # not whenever the answering run happens to be a CPU run.
                 model_ops = capture.capture(
                     _loaded(model, example_inputs, input_shape, dtype, name), train=train,
-                    optimizer=optimizer, portable=chosen["device"] != "cpu")
+                    optimizer=optimizer, portable=str(device).split(":")[0] != "cpu")
         if export:
             try:
                 with open(export, "w") as f:

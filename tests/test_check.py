@@ -105,10 +105,10 @@ def test_convnet_forward_captures_exactly_these_ops():
 
 def test_ops_are_placed_in_their_modules(convnet_train):
     places = {u.aten_op: u.places for u in convnet_train.ops}
-    assert places["aten::convolution"] == ["conv"]
-    assert places["aten::convolution_backward"] == ["conv"]            # via the autograd node
-    assert places["aten::max_pool2d_with_indices_backward"] == ["pool"]
-    assert places["aten::bernoulli_.float"] == ["dropout"]
+    assert places["aten::convolution"] == ["conv (Conv2d)"]            # the path and the layer's class
+    assert places["aten::convolution_backward"] == ["conv (Conv2d)"]   # via the autograd node
+    assert places["aten::max_pool2d_with_indices_backward"] == ["pool (MaxPool2d)"]
+    assert places["aten::bernoulli_.float"] == ["dropout (Dropout)"]
     assert places["aten::threshold_backward"] == ["convnet"]           # F.relu in forward()
     assert places["aten::nll_loss_forward"] == ["loss"]
     assert places["aten::add_.Tensor"] == ["optimizer"]
@@ -185,7 +185,7 @@ def test_text_report_and_fail_on(probe_db):
     assert "✗ 1 unsupported (aten::max_pool2d_with_indices_backward)" in result.output
     assert "⚠ 1 fall back to CPU (aten::relu)" in result.output
     failing = next(i for i, line in enumerate(lines) if line.startswith("✗ aten::max_pool2d_with_indices_backward"))
-    assert lines[failing + 1].strip() == "in pool"   # a backward op: no line of the user's code runs it
+    assert lines[failing + 1].strip() == "in pool (MaxPool2d)"   # a backward op: no line of the user's code runs it
     # Forward only: relu falls back, addmm is wrong, nothing is unsupported.
     assert invoke("check", MODELS / "convnet.py", "--db", probe_db,
                   "--fail-on", "unsupported").exit_code == 0
