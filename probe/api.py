@@ -181,6 +181,7 @@ def check_model(model, example_inputs=None, db="mpsprobe.db", *, input_shape=Non
     from mpsprobe.db import schema
     from mpsprobe.db.query import runs as runs_q
     from mpsprobe.modelcheck import capture, report as reporting
+    from mpsprobe.modelcheck.progress import Progress
     say = say or (lambda text: None)
     db_path = str(db)
     if run and (torch or macos or run_id):
@@ -201,6 +202,7 @@ def check_model(model, example_inputs=None, db="mpsprobe.db", *, input_shape=Non
         batches = batch_sweeps.parse_batches(batches if isinstance(batches, str)
                                              else ",".join(map(str, batches)))
     store = schema.open_db(db_path, readonly=not run)
+    progress = Progress(say)   # silent unless the answer takes longer than 2 s
     try:
         model_ms = sweep = None
         if run:
@@ -241,6 +243,9 @@ def check_model(model, example_inputs=None, db="mpsprobe.db", *, input_shape=Non
                     store, writer.run_id, train=train, optimizer=optimizer, say=say)
         else:
             chosen = runs_q.pick_run(store.conn, run_id=run_id, torch=torch, macos=macos, device=device)
+            if not is_list:
+                progress.step(f"loading torch and tracing {model if isinstance(model, str) else 'the model'} "
+                              "on the CPU")
             if is_list:
                 try:
                     with open(model) as f:
@@ -261,11 +266,13 @@ def check_model(model, example_inputs=None, db="mpsprobe.db", *, input_shape=Non
                     json.dump(model_ops.to_json(), f, indent=2)
             except OSError as e:
                 raise MpsprobeError(f"--export {export}: {e.strerror}") from None
+        progress.step(f"answering {len(model_ops.ops)} (op, dtype) pairs from run {chosen['id'][:12]}")
         report = reporting.answer(store.conn, model_ops, chosen, model_ms=model_ms,
                                   recorded_in=db_path if run else None)
         report.batch_sweep = sweep
         return report
     finally:
+        progress.done()
         schema.close(store) if run else store.conn.close()
 
 

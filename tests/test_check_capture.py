@@ -128,3 +128,19 @@ def test_a_malformed_op_list_names_the_field_and_the_type(cpu_db, tmp_path, entr
     result = CliRunner().invoke(cli, ["check", str(ops), "--db", cpu_db])
     assert result.exit_code == 2
     assert message in result.output and len(result.output.strip().splitlines()) == 1, result.output
+
+
+def test_a_progress_line_only_once_the_answer_is_late():
+    from mpsprobe.modelcheck.progress import Progress
+    said = []
+    quick = Progress(said.append, after=60)
+    quick.step("tracing")
+    quick.done()
+    assert said == []                         # answered before the delay: silent
+    late = Progress(said.append, after=0.01)
+    late.step("loading torch and tracing m.py on the CPU")
+    late._timer.join()                        # the delay has passed
+    late.step("answering 3 (op, dtype) pairs")
+    late.done()
+    assert [x.split(" … ")[0] for x in said] == ["check: loading torch and tracing m.py on the CPU",
+                                                 "check: answering 3 (op, dtype) pairs"]
