@@ -162,3 +162,30 @@ def test_a_randomized_algorithms_gradient_is_not_judged_against_the_cpus_draw():
                                wrong_backend.WrongTarget("redraw"), "svd_lowrank", timing=False)
     assert (result["status"], result["reason_kind"]) == ("skip", "no_unique_answer"), result["reason"]
     assert "random projection" in result["reason"]
+
+
+def test_a_replayed_index_put_that_writes_one_place_twice_leaves_that_place_out():
+    """aten::index_put without accumulation, two values for one position: which write wins
+    is unspecified (the sweep's rule for index_put), so the target's other choice passes;
+    the positions written once are still compared."""
+    from mpsprobe.engine.devices import Target
+    x, index, values = torch.zeros(4), (torch.tensor([1, 1, 2]),), torch.tensor([5., 7., 9.])
+
+    class FirstWriteWins(torch.utils._python_dispatch.TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            if func is torch.ops.aten.index_put.default:
+                out = out.clone()
+                out[1] = 5.0     # the CPU keeps the last write (7)
+            return out
+
+    class Other(Target):
+        def context(self):
+            return FirstWriteWins()
+    anchor = torch.empty(0, dtype=torch.bool)
+    sample = type("S", (), {"input": anchor, "args": (x, index, values), "kwargs": {}})()
+    op = (lambda anchor, *a, **k: torch.ops.aten.index_put.default(*a, **k))
+    assert torch.ops.aten.index_put.default(x, index, values)[1] == 7.0
+    assert run_case(op, torch.float32, sample, Other("cpu"), timing=False, op_key="aten::index_put")["status"] == PASS
+    assert run_case(op, torch.float32, sample, Other("cpu"), timing=False,
+                    op_key="aten::unknown_op")["status"] != PASS

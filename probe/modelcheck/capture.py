@@ -241,7 +241,7 @@ def ops_from_json(data):
 
 
 # An op entry's optional fields and the type each must have.
-_FIELDS = {"dtype": (str, "a string"), "count": (int, "an integer"), "places": (list, "a list of strings"),
+_FIELDS = {"dtype": (str, "a string"), "count": (int, "a positive integer"), "places": (list, "a list of strings"),
            "lines": (list, "a list of strings"), "variants": (list, "a list of strings"),
            "on_mps": (str, "a string")}
 
@@ -255,7 +255,6 @@ def _check_fields(item, i):
         wrong = not isinstance(value, kind) or isinstance(value, bool) or (
             kind is list and not all(isinstance(x, str) for x in value)) or (kind is int and value < 1)
         if wrong:
-            expected = "a positive integer" if kind is int else expected
             raise CheckError(f"ops[{i}].{key} ({item['aten_op']}): expected {expected}, "
                              f"got {json.dumps(value)[:60]}")
 
