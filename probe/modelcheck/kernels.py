@@ -104,8 +104,8 @@ class FusedCalls:
         dropout = kwargs.get("dropout_p", args[4] if len(args) > 4 else 0.0)
         if args and not dropout:
             self._add("aten::_scaled_dot_product_attention_math_for_mps", args[0],
-                      "on MPS: scaled_dot_product_attention without dropout runs as this kernel, not the "
-                      f"math ops the CPU ran ({MAPPED}; {_ATTENTION})", frame)
+                      "on MPS: scaled_dot_product_attention without dropout runs as this kernel (where its "
+                      f"MPS conditions hold), not the math ops the CPU ran ({MAPPED}; {_ATTENTION})", frame)
 
     def _add(self, kernel, tensor, note, frame):
         dtype = str(tensor.dtype).replace("torch.", "")
