@@ -189,3 +189,20 @@ def test_a_replayed_index_put_that_writes_one_place_twice_leaves_that_place_out(
     assert run_case(op, torch.float32, sample, Other("cpu"), timing=False, op_key="aten::index_put")["status"] == PASS
     assert run_case(op, torch.float32, sample, Other("cpu"), timing=False,
                     op_key="aten::unknown_op")["status"] != PASS
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.complex64])
+@pytest.mark.parametrize("mode", ["reduced", "complete", "r"])
+def test_a_sweeps_qr_in_another_sign_or_phase_passes_and_a_wrong_one_does_not(dtype, mode):
+    """linalg.qr in the sweep: Q's columns and R's rows turned together (R's diagonal of
+    another sign or phase) is the same factorisation; zeros are not."""
+    import wrong_backend
+    from torch.testing._internal.opinfo.core import SampleInput
+    a = torch.randn(3, 5, 4, dtype=dtype, generator=torch.Generator().manual_seed(2))
+    sample = SampleInput(a, kwargs={"mode": mode})
+    turned = run_case(torch.linalg.qr, dtype, sample, wrong_backend.WrongTarget("phase"), timing=False,
+                      op_key="linalg.qr")
+    assert (turned["status"], turned["check_kind"]) == (PASS, "values"), turned["reason"]
+    zeros = run_case(torch.linalg.qr, dtype, sample, wrong_backend.WrongTarget("zeros"), timing=False,
+                     op_key="linalg.qr")
+    assert zeros["status"] == "mismatch"
