@@ -221,7 +221,8 @@ def check_model(model, example_inputs=None, db="mpsprobe.db", *, input_shape=Non
                 recorder = replay.CallRecorder()
                 portable = not env["device"].startswith("cpu") or env.get("backend") is not None
                 model_ops = capture.capture(loaded, train=train, optimizer=optimizer,
-                                            portable=portable, on_call=recorder)
+                                            portable=portable, on_call=recorder,
+                                            for_mps=env["device"].startswith("mps") or env.get("backend") is not None)
                 calls = recorder.list()
                 say(f"replaying {len(calls)} distinct calls of {model_ops.distinct} aten ops on "
                     f"{env['device']} ({env['device_name']})")
@@ -259,7 +260,8 @@ def check_model(model, example_inputs=None, db="mpsprobe.db", *, input_shape=Non
                 # not whenever the answering run happens to be a CPU run.
                 model_ops = capture.capture(
                     _loaded(model, example_inputs, input_shape, dtype, name), train=train,
-                    optimizer=optimizer, portable=str(device).split(":")[0] != "cpu")
+                    optimizer=optimizer, portable=str(device).split(":")[0] != "cpu",
+                    for_mps=str(device).split(":")[0] in ("auto", "mps"))
         if export:
             try:
                 with open(export, "w") as f:

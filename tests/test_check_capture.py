@@ -59,6 +59,14 @@ def test_the_capture_is_for_the_device_asked_not_the_answering_runs(cpu_db):
     assert "aten::_native_multi_head_attention" in on_cpu and "aten::_lstm_mps" not in on_cpu
 
 
+def test_a_trace_for_another_gpu_names_no_mps_kernel():
+    """--device cuda: the generic paths, but no MPS kernel mapped into them."""
+    loaded = models.LoadedModel("attention", Attention().eval(), torch.randn(2, 5, 16))
+    uses = capturing.capture(loaded, portable=True, for_mps=False).ops
+    assert not any(u.on_mps for u in uses) and not any("mps" in u.aten_op for u in uses)
+    assert not {u.aten_op for u in uses} & set(CPU_ONLY)
+
+
 def test_a_cpu_only_kernel_in_an_op_list_says_what_a_mac_runs(cpu_db, tmp_path):
     ops = tmp_path / "ops.json"
     ops.write_text(json.dumps({"ops": ["aten::_native_multi_head_attention", "aten::add.Tensor"]}))

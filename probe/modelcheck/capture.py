@@ -88,11 +88,12 @@ def portable_dispatch(enabled=True):
         yield
 
 
-def capture(loaded, train=False, optimizer="sgd", on_call=None, portable=True):
+def capture(loaded, train=False, optimizer="sgd", on_call=None, portable=True, for_mps=None):
     """ModelOps for one forward (eval, no grad) or one training step of `loaded`.
 
-    `portable`: capture the generic paths a non-CPU target takes (portable_dispatch),
-    and say what a Mac runs in their place where it runs a kernel of its own (kernels.py).
+    `portable`: capture the generic paths a non-CPU target takes (portable_dispatch);
+    `for_mps` (default: `portable`): say what a Mac runs in their place where it runs a
+    kernel of its own (kernels.py).
     """
     import torch
     from mpsprobe.engine.aten import AtenCapture
@@ -108,7 +109,8 @@ def capture(loaded, train=False, optimizer="sgd", on_call=None, portable=True):
                          "training step to capture; check it without --train")
     opt = optimizers[optimizer](model.parameters(), lr=1e-3) if train else None
     model.train(train)
-    fused = kernels.fused_calls(tracker.current, user_line, train) if portable else contextlib.nullcontext()
+    for_mps = portable if for_mps is None else for_mps
+    fused = kernels.fused_calls(tracker.current, user_line, train) if for_mps else contextlib.nullcontext()
     try:
         with portable_dispatch(portable), tracker, torch.set_grad_enabled(train), fused:
             if train:
@@ -139,7 +141,7 @@ def capture(loaded, train=False, optimizer="sgd", on_call=None, portable=True):
                 return [k for k, _ in table.get((name, dtype), Counter()).most_common()]
             uses.append(OpUse(name, dtype, count, ranked(cap.places), ranked(cap.lines),
                               ranked(cap.filed_variants), (name, dtype) in cap.widened))
-            if portable:
+            if for_mps:
                 uses[-1].on_mps = kernels.routed_note(name, uses[-1].variants) or kernels.cpu_only_note(name)
     for (kernel, dtype), (count, places, lines, note) in getattr(fused, "calls", {}).items():
         def most(table):
