@@ -207,6 +207,7 @@ def check_model(model, example_inputs=None, db=None, *, input_shape=None, train=
     from mpsprobe.db import schema
     from mpsprobe.db.query import runs as runs_q
     from mpsprobe.modelcheck import capture, isolated, report as reporting
+    from mpsprobe.modelcheck.progress import Progress
     say = say or (lambda text: None)
     # No database named: mpsprobe.db when there is one, else the bundled declarations alone.
     db_path = str(db) if db is not None else DEFAULT_DB
@@ -234,6 +235,7 @@ def check_model(model, example_inputs=None, db=None, *, input_shape=None, train=
                                              else ",".join(map(str, batches)))
     store = None if db is None and not run and not os.path.exists(db_path) \
         else schema.open_db(db_path, readonly=not run)
+    progress = Progress(say)   # silent unless the answer takes longer than 2 s
     try:
         model_ms = sweep = None
         if run:
@@ -251,14 +253,15 @@ def check_model(model, example_inputs=None, db=None, *, input_shape=None, train=
                 raise MpsprobeError(str(e)) from None
             with pool:   # replay() runs the calls in it; closed here too if capture fails
                 portable = not env["device"].startswith("cpu") or env.get("backend") is not None
+                for_mps = env["device"].startswith("mps") or env.get("backend") is not None
                 if spec:
                     model_ops, calls, skipped = isolated.capture(
                         spec, input_shape=shape, dtype=dtype, train=train, optimizer=optimizer,
-                        portable=portable, record_calls=True, timeout=timeout)
+                        portable=portable, for_mps=for_mps, record_calls=True, timeout=timeout)
                 else:
                     recorder = replay.CallRecorder()
                     model_ops = capture.capture(loaded, train=train, optimizer=optimizer,
-                                                portable=portable, on_call=recorder)
+                                                portable=portable, on_call=recorder, for_mps=for_mps)
                     calls, skipped = recorder.list(), recorder.skipped
                 say(f"replaying {len(calls)} distinct calls of {model_ops.distinct} aten ops on "
                     f"{env['device']} ({env['device_name']})")
@@ -290,6 +293,9 @@ def check_model(model, example_inputs=None, db=None, *, input_shape=None, train=
                 raise MpsprobeError(f"cannot read {DEFAULT_DB}: it does not exist (only MPS questions "
                                     "are answered without a database, from what PyTorch declares)")
             chosen, declared = answering(store and store.conn, run_id, torch, macos, device)
+            if not is_list:
+                progress.step(f"loading torch and tracing {model if isinstance(model, str) else 'the model'} "
+                              "on the CPU")
             if is_list:
                 try:
                     with open(model) as f:
@@ -301,18 +307,24 @@ def check_model(model, example_inputs=None, db=None, *, input_shape=None, train=
             elif spec:
                 model_ops = isolated.capture(spec, input_shape=shape, dtype=dtype, train=train,
                                              optimizer=optimizer,
-                                             portable=chosen is None or chosen["device"] != "cpu",
+                                             portable=str(device).split(":")[0] != "cpu",
+                                             for_mps=str(device).split(":")[0] in ("auto", "mps"),
                                              timeout=timeout)[0]
             else:
+                # Traced for the device asked: the CPU's own kernels only when the CPU is asked for,
+                # not whenever the answering run happens to be a CPU run.
                 model_ops = capture.capture(
                     _loaded(model, example_inputs, input_shape, dtype, name), train=train,
-                    optimizer=optimizer, portable=chosen is None or chosen["device"] != "cpu")
+                    optimizer=optimizer, portable=str(device).split(":")[0] != "cpu",
+                    for_mps=str(device).split(":")[0] in ("auto", "mps"))
         if export:
             try:
                 with open(export, "w") as f:
                     json.dump(model_ops.to_json(), f, indent=2)
             except OSError as e:
                 raise MpsprobeError(f"--export {export}: {e.strerror}") from None
+        source = f"run {chosen['id'][:12]}" if chosen else "PyTorch's declarations"
+        progress.step(f"answering {len(model_ops.ops)} (op, dtype) pairs from {source}")
         report = reporting.answer(store and store.conn, model_ops, chosen, model_ms=model_ms,
                                   recorded_in=db_path if run else None,
                                   declared=None if run else declared,
@@ -321,6 +333,7 @@ def check_model(model, example_inputs=None, db=None, *, input_shape=None, train=
         report.db_missing = None if store else db_path
         return report
     finally:
+        progress.done()
         if run:
             schema.close(store)
         elif store is not None:

@@ -106,10 +106,10 @@ def test_convnet_forward_captures_exactly_these_ops():
 
 def test_ops_are_placed_in_their_modules(convnet_train):
     places = {u.aten_op: u.places for u in convnet_train.ops}
-    assert places["aten::convolution"] == ["conv"]
-    assert places["aten::convolution_backward"] == ["conv"]            # via the autograd node
-    assert places["aten::max_pool2d_with_indices_backward"] == ["pool"]
-    assert places["aten::bernoulli_.float"] == ["dropout"]
+    assert places["aten::convolution"] == ["conv (Conv2d)"]            # the path and the layer's class
+    assert places["aten::convolution_backward"] == ["conv (Conv2d)"]   # via the autograd node
+    assert places["aten::max_pool2d_with_indices_backward"] == ["pool (MaxPool2d)"]
+    assert places["aten::bernoulli_.float"] == ["dropout (Dropout)"]
     assert places["aten::threshold_backward"] == ["convnet"]           # F.relu in forward()
     assert places["aten::nll_loss_forward"] == ["loss"]
     assert places["aten::add_.Tensor"] == ["optimizer"]
@@ -186,7 +186,7 @@ def test_text_report_and_fail_on(probe_db):
     assert "✗ 1 unsupported (aten::max_pool2d_with_indices_backward)" in result.output
     assert "⚠ 1 fall back to CPU (aten::relu)" in result.output
     failing = next(i for i, line in enumerate(lines) if line.startswith("✗ aten::max_pool2d_with_indices_backward"))
-    assert lines[failing + 1].strip() == "in pool"   # a backward op: no line of the user's code runs it
+    assert lines[failing + 1].strip() == "in pool (MaxPool2d)"   # a backward op: no line of the user's code runs it
     # Forward only: relu falls back, addmm is wrong, nothing is unsupported.
     assert invoke("check", MODELS / "convnet.py", "--db", probe_db,
                   "--fail-on", "unsupported").exit_code == 0
@@ -264,7 +264,7 @@ def test_run_replays_model_calls_and_records_them(tmp_path):
     assert cls["aten::addmm"] == "mismatch"
     # Measured now, not unknown: the backward kernels ran on the target.
     assert cls["aten::convolution_backward"] == "ok"
-    assert cls["aten::bernoulli_.float"] == "unchecked"      # random: shape and dtype only
+    assert cls["aten::bernoulli_.float"] == "ok"      # random: judged by its distribution, as bernoulli
     conn = sqlite3.connect(path)
     run = conn.execute("SELECT device, state, options FROM runs").fetchone()
     assert run[:2] == ("fake-mps", "complete") and json.loads(run[2])["model"] == "convnet"

@@ -249,8 +249,8 @@ def test_places_are_split_by_dtype_and_lines_are_the_users(tmp_path):
         "def build():\n"
         "    return Mixed(), torch.randn(2)\n")
     captured = {(u.aten_op, u.dtype): u for u in capturing.capture(models.load(str(model))).ops}
-    assert captured["aten::add.Tensor", "float32"].places == ["single"]
-    assert captured["aten::add.Tensor", "float64"].places == ["wide"]
+    assert captured["aten::add.Tensor", "float32"].places == ["single (Single)"]
+    assert captured["aten::add.Tensor", "float64"].places == ["wide (Double)"]
     # Inline code in forward: the model's own place, and its line.
     assert captured["aten::tanh", "float32"].places == ["mixed"]
     assert [line.rsplit(":", 1)[1] for line in captured["aten::tanh", "float32"].lines] == ["13"]
@@ -273,7 +273,7 @@ def test_text_report_shows_lines_and_suggestions(probe_db, run_cli):
     lines = result.output.splitlines()
     conv = next(i for i, line in enumerate(lines) if line.startswith("✗ aten::convolution"))
     place, _, line = lines[conv + 1].strip().partition("   at ")
-    assert place == "in conv" and line.endswith("volume_fft.py:16")   # the 3-D convolution's line
+    assert place == "in conv (Conv3d)" and line.endswith("volume_fft.py:16")   # the 3-D convolution's line
     assert any(line.strip().startswith("→ Upgrade macOS to 13.2") for line in lines[conv:conv + 5])
     assert result.exit_code == 1
 

@@ -179,7 +179,8 @@ def test_fake_backend_has_the_gradient_faults():
 # --- gradients through eigen and singular vectors --------------------------------------
 
 VECTOR_OPS = {"linalg.eigh": torch.linalg.eigh, "linalg.eig": torch.linalg.eig,
-              "linalg.svd": lambda a: torch.linalg.svd(a, full_matrices=False), "svd": torch.svd}
+              "linalg.svd": lambda a: torch.linalg.svd(a, full_matrices=False), "svd": torch.svd,
+              "linalg.qr": torch.linalg.qr}
 
 
 def _matrix(key, seed=3):

@@ -12,8 +12,9 @@ reduced-precision mode it must accept:
             does, and the target reports TF32 as on (as a CUDA device would);
 - "tf32_wrong": as "tf32", but matmul and convolution inputs rounded to 4
             bits: beyond what TF32 allows;
-- "phase":  right, but eigenvectors and singular vectors turned by another
-            phase (a sign when real) per vector, as another LAPACK may return;
+- "phase":  right, but eigenvectors, singular vectors and QR's Q columns (with
+            R's rows) turned by another phase (a sign when real) per vector, as
+            another LAPACK may return: real ones flipped in sign, complex ones rotated;
 - "reorder": right, but cumsum in float16 sums each prefix smallest term first, every
             running sum rounded to float16: another valid summation order;
 - "coarse_sum": as "reorder", with the terms rounded to 5 mantissa bits: wrong;
@@ -56,6 +57,9 @@ def _first_tensor(args):
     return next((x for x in tree_flatten(args)[0] if isinstance(x, torch.Tensor)), None)
 
 
+_REDRAWS = [0]
+
+
 class _Wrong(TorchDispatchMode):
     def __init__(self, kind):
         super().__init__()
@@ -65,8 +69,9 @@ class _Wrong(TorchDispatchMode):
         kwargs = kwargs or {}
         name = aten_name(func)
         if self.kind == "redraw" and torch.Tag.nondeterministic_seeded in func.tags:
-            self.draws = getattr(self, "draws", 0) + 1
-            torch.manual_seed(7919 * self.draws + 1)
+            # counted across contexts (one per draw): each draw from a seed of its own
+            _REDRAWS[0] += 1
+            torch.manual_seed(7919 * _REDRAWS[0] + 1)
         if self.kind.startswith("tf32") and family_of(name) and func._schema.is_mutable is False:
             bits = 10 if self.kind == "tf32" else 4
 
@@ -178,6 +183,14 @@ def _turned(name, out):
         # resolved: inside a dispatch mode a lazy conj view multiplies as if unconjugated
         vh = torch.cat([vh[..., :k, :] * phase.conj().resolve_conj().unsqueeze(-1), vh[..., k:, :]], dim=-2)
         return u, s, vh
+    if name == "aten::linalg_qr" and out[1].numel():
+        q, r = out
+        k = min(r.shape[-2:])
+        phase = _phase(r[..., :k, :k])
+        if q.numel():
+            q = torch.cat([q[..., :k] * phase, q[..., k:]], dim=-1)
+        r = torch.cat([r[..., :k, :] * phase.conj().resolve_conj().unsqueeze(-1), r[..., k:, :]], dim=-2)
+        return q, r
     return out
 
 

@@ -10,8 +10,10 @@ Decided per sample, from the actual input, never per op name:
   Where a row has several most frequent values, mode's value is checked by its
   count in the row (it must be a most frequent one) and its index by the
   value it points at.
-- Eigenvectors and singular vectors are unique up to a phase per vector (a
-  sign when real) when the spectrum has no repeated value. They are compared
+- Eigenvectors, singular vectors and QR's factors are unique up to a phase per
+  vector (a sign when real) when the spectrum has no repeated value (QR: when
+  the matrix has full rank; the canonical QR has R's diagonal real and
+  positive, and is compared with the product Q R). They are compared
   after each column is turned so that its largest component (chosen on the
   CPU's output) is real and positive, jointly for U and Vh; and the
   reconstruction (Q diag(L) Q^H, U diag(S) Vh) is compared as well, which is
@@ -197,10 +199,13 @@ def pooled_promise(op_key, inp, args, out):
 
 # --- eigenvectors and singular vectors ------------------------------------------------
 
-VECTOR_OPS = ("linalg.eigh", "linalg.eig", "linalg.svd", "svd", "svd_lowrank", "pca_lowrank", "linalg.eigvals")
+QR_OPS = ("linalg.qr", "qr")
+VECTOR_OPS = ("linalg.eigh", "linalg.eig", "linalg.svd", "svd", "svd_lowrank", "pca_lowrank",
+              "linalg.eigvals") + QR_OPS
 # Per op, the outputs (as the op returns them) not unique before canonical(): vectors,
 # and linalg.eig's unordered eigenvalues.
-RAW_AMBIGUOUS = {"linalg.eigh": (1,), "linalg.eig": (0, 1), "linalg.eigvals": (0,)}
+RAW_AMBIGUOUS = {"linalg.eigh": (1,), "linalg.eig": (0, 1), "linalg.eigvals": (0,),
+                 "linalg.qr": (0, 1), "qr": (0, 1)}
 # Ops returning V where linalg.svd returns Vh.
 _RETURNS_V = ("svd", "svd_lowrank", "pca_lowrank")
 
@@ -271,6 +276,54 @@ def _norm(values):
     return torch.where(size > 0, size, torch.ones_like(size))
 
 
+def _qr_parts(out):
+    """(Q, R) without mode='complete''s completion (not unique); Q is empty in mode='r'."""
+    q, r = out[0], out[1]
+    k = min(r.shape[-2], r.shape[-1])
+    return (q[..., :k] if q.numel() else q), r[..., :k, :]
+
+
+def _qr_units(r):
+    """Per row of R, the unit factor of its diagonal entry (1 where that entry is 0)."""
+    d = r.diagonal(dim1=-2, dim2=-1)
+    size, one = d.abs(), torch.ones_like(d)
+    return torch.where(size > 0, d / torch.where(size > 0, size, torch.ones_like(size)), one)
+
+
+def _qr_turned(out):
+    """Q and R turned so that R's diagonal is real and positive: Q D, D^H R for the
+    unit diagonal D of R's own diagonal's phases (the product is unchanged)."""
+    q, r = _qr_parts(out)
+    unit = _qr_units(r)
+    turned_r = r * unit.conj().unsqueeze(-1)
+    return (q * unit.unsqueeze(-2) if q.numel() else q), turned_r
+
+
+def _rank_deficient(r, dtype):
+    """Whether some diagonal entry of R is negligible beside the largest (up to sqrt(eps)):
+    the matrix then has no unique QR."""
+    d = r.detach().diagonal(dim1=-2, dim2=-1).abs().to(torch.float64)
+    if d.numel() == 0:
+        return False
+    eps = torch.finfo(dtype).eps if (dtype.is_floating_point or dtype.is_complex) else 1e-7
+    scale = r.detach().abs().to(torch.float64).amax(dim=(-2, -1), keepdim=True).squeeze(-1).clamp_min(1e-30)
+    return bool((d <= eps ** 0.5 * scale).any())
+
+
+def _qr_canonical(out, cpu_out, dtype):
+    q, r = _qr_turned(out)
+    parts = [q, r]
+    if q.numel():
+        _, cpu_r = _qr_parts(cpu_out)
+        scale = cpu_r.detach().abs().amax(dim=(-2, -1), keepdim=True)
+        scale = torch.where(scale > 0, scale, torch.ones_like(scale))
+        rebuilt = q @ r
+        parts.append(rebuilt / scale.to(rebuilt.dtype))
+    if _rank_deficient(_qr_parts(cpu_out)[1], dtype):
+        return tuple(parts), (0, 1), "a rank-deficient matrix: Q and R are not unique"
+    return tuple(parts), (), None
+
+
 def canonical(op_key, out, cpu_out, dtype):
     """(canonical outputs, positions with no unique answer, why) for a vector-returning op.
 
@@ -283,6 +336,10 @@ def canonical(op_key, out, cpu_out, dtype):
         return _matched(out, None, cpu_out)[0], (), None
     if op_key not in VECTOR_OPS or not isinstance(out, (tuple, list)):
         return out, (), None
+    if op_key in QR_OPS:
+        if cpu_out[1].numel() == 0:
+            return tuple(out), (), None  # an empty matrix: nothing but shapes
+        return _qr_canonical(out, cpu_out, dtype)
     if any(isinstance(t, torch.Tensor) and t.numel() == 0 for t in cpu_out):
         return tuple(out), (), None  # an empty matrix: no vectors to turn, nothing but shapes
     if op_key in _RETURNS_V and not bool((cpu_out[0] != 0).any()):
@@ -333,6 +390,10 @@ def gradient_not_unique(op_key, args, kwargs, cpu_out, dtype):
     form (repeated eigen/singular values; a low-rank projection below the rank), or None."""
     if op_key not in VECTOR_OPS or not isinstance(cpu_out, (tuple, list, torch.Tensor)):
         return None
+    if op_key in QR_OPS:
+        if _rank_deficient(_qr_parts(cpu_out)[1], dtype):
+            return "a rank-deficient matrix: Q and R, and so their gradient, are not unique"
+        return None
     if op_key == "linalg.eigvals" or op_key.startswith("linalg.eig"):
         values = cpu_out if op_key == "linalg.eigvals" else cpu_out[0]
     else:
@@ -341,6 +402,11 @@ def gradient_not_unique(op_key, args, kwargs, cpu_out, dtype):
         return "repeated eigen/singular values: the vectors, and so their gradient, are not unique"
     if op_key in ("svd_lowrank", "pca_lowrank") and not lowrank_exact(op_key, args, kwargs, cpu_out, dtype):
         return "q below the matrix's rank: the approximation depends on the random projection"
+    if op_key in ("svd_lowrank", "pca_lowrank"):
+        # Unique in exact arithmetic, but its rounding error is the draw's: on the CPU, other
+        # projections err up to 1300x the reference's (benchmarks/README.md, svd_lowrank).
+        return ("a randomized algorithm: the gradient's rounding error depends on the random projection, "
+                "which the target draws with its own generator, so the CPU's error does not bound it")
     return None
 
 
@@ -350,10 +416,14 @@ def gauge_fixed(op_key, out, reference):
     component's phase (pivots read on `reference`, the CPU's output), U and Vh turned
     together, full_matrices' completion left out. A gradient through these is unique
     (invariant under the free phases), so it can be compared across devices."""
+    if op_key in QR_OPS and reference[1].numel():
+        q, r = _qr_turned(out)
+        return (q, r) if q.numel() else (r,)   # mode='r': no Q
     if any(isinstance(t, torch.Tensor) and t.numel() == 0 for t in tree_flatten(reference)[0]):
         return tuple(out) if isinstance(out, (tuple, list)) else (out,)  # empty: no vector to turn
     if op_key == "linalg.eigvals":
         return (out.gather(-1, _order(out, reference).to(out.device)),)
+
     if op_key in ("linalg.eigh", "linalg.eig"):
         values, vectors = out[0], out[1]
         if op_key == "linalg.eig":

@@ -8,7 +8,7 @@ from torch.utils._pytree import tree_flatten
 from mpsprobe.ops import samples as sample_tools
 from mpsprobe.vocabulary import FALLBACK, MISMATCH, REFUSED_AT_TRANSFER, SKIP
 from .verdict import METADATA
-from . import classify, judge
+from . import classify, judge, rulebook
 from .aten import recorded_once
 from .judge import REFERENCE_FAILED
 from .verdict import compare
@@ -173,7 +173,8 @@ def run_case(op, dtype, sample, target, nondeterministic=False, timing=True, unc
              op_key=None, aten_cache=None, modes=None, draw_form=None):
     """A result dict (the results-table fields) for `op` on one SampleInput.
 
-    `op_key`: the OpInfo op's key, which says how to judge it: a random sample by
+    `op_key`: the OpInfo op's key, or a replayed call's aten op, which says how to
+    judge it (through rulebook.judged_as, one rule for both): a random sample by
     its distribution (judge.random_sample), outputs with no unique answer for this
     sample (judge.ambiguity), auxiliary outputs; `unchecked`: further output
     positions compared for shape only. `aten_cache`: a dict the worker keeps, so the
@@ -183,7 +184,8 @@ def run_case(op, dtype, sample, target, nondeterministic=False, timing=True, unc
     """
     started = time.perf_counter()
     cpu_args = sample_tools.call_args(sample)
-    random = judge.random_sample(op_key, cpu_args) if op_key else False
+    rule, rule_args = rulebook.judged_as(op_key, cpu_args)
+    random = judge.random_sample(rule, rule_args) if rule else False
     # Every copy is made before any call, in case an op writes into its inputs.
     # Moving to the target happens under the target's rules: MPS refuses float64 there.
     key = (op_key, str(dtype), sample_tools.summarize(sample))
@@ -200,7 +202,7 @@ def run_case(op, dtype, sample, target, nondeterministic=False, timing=True, unc
         aten_ops, _, variants, dtypes = _record_aten(op, record_args, aten_cache, key)
         return dict(fields, aten_ops=aten_ops, aten_variants=variants, aten_dtypes=dtypes,
                     duration_s=time.perf_counter() - started)
-    shape_only = nondeterministic or (judge.shape_only(op_key) if op_key else False)
+    shape_only = nondeterministic or (judge.shape_only(rule) if rule else False)
     values = not (shape_only or random)
     truth_args = sample_tools.upcast(cpu_args, dtype) if values else None
     trivial_input = _first_tensor(cpu_args)
@@ -253,13 +255,13 @@ def run_case(op, dtype, sample, target, nondeterministic=False, timing=True, unc
     # Every fallback counts, named or not: a warning that names no op still says the work ran on the CPU.
     fallen_back = (fell["ops"] + (["an op no warning names"] if fell["unnamed"] else [])) if fell else []
 
-    how = judge.Judgement(why=judge.random_unchecked(op_key) if random else None)
+    how = judge.Judgement(why=judge.random_unchecked(rule) if random else None)
     device_type = target.torch_device.type
     # Where the target put its outputs is judged on the outputs as returned: judge.prepare
     # may rewrite them (indices into values, canonical phases) on the CPU.
     misplaced = _misplaced(target_out, device_type)
-    if values and op_key:
-        how = judge.prepare(op_key, cpu_args, target_out, cpu_out, truth_out, dtype)
+    if values and rule:
+        how = judge.prepare(rule, rule_args, target_out, cpu_out, truth_out, dtype)
         target_out, cpu_out, truth_out = how.target_out, how.cpu_out, how.truth_out
     applicable, mode_allowance = None, {}
     if values and modes:
@@ -285,8 +287,9 @@ def run_case(op, dtype, sample, target, nondeterministic=False, timing=True, unc
     judged = list(verdict.notes) + ([how.why] if how.why else [])
     status, reason, kind = judge.status_of(verdict, how, fallen_back, shape_only, applicable,
                                            bool(mode_allowance))
-    if random and verdict.ok and not fallen_back and judge.random_unchecked(op_key) is None:
-        status, reason, kind, drawn = judge.distribution(op_key, draw_args, target, draw_form)
+    if random and verdict.ok and not fallen_back and judge.random_unchecked(rule) is None:
+        status, reason, kind, drawn = judge.distribution(rule, rulebook.judged_as(op_key, draw_args)[1],
+                                                         target, draw_form)
         judged += drawn.pop("notes", [])
         fields.update(drawn)
     kind = filed_fallback(fell, status, kind, fields, notes)

@@ -6,6 +6,7 @@ each call is filed under and the module that made it. An exported op list
 (`check --export`) reads back as the same ModelOps.
 """
 import contextlib
+import json
 import os
 import sys
 from collections import Counter
@@ -13,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from mpsprobe.errors import MpsprobeError
+from . import kernels
 
 # torch is imported only where a model is captured: the site's check page
 # reads exported op lists with this module and must not pay for torch.
@@ -33,6 +35,7 @@ class OpUse:
     lines: list = field(default_factory=list)     # "file.py:12" in the user's code, most calls first
     variants: list = field(default_factory=list)  # kernel variants run (engine.aten.variant)
     widened: bool = False      # the CPU has no kernel in this dtype: captured in float32
+    on_mps: Optional[str] = None   # what a Mac runs for it, mapped from the CPU's trace (kernels.py)
 
 
 @dataclass
@@ -47,7 +50,8 @@ class ModelOps:
     def to_json(self):
         return {"model": self.model, "mode": self.mode, "dtype": self.dtype,
                 "ops": [{"aten_op": u.aten_op, "dtype": u.dtype, "count": u.count,
-                         "places": u.places, "lines": u.lines, "variants": u.variants}
+                         "places": u.places, "lines": u.lines, "variants": u.variants,
+                         **({"on_mps": u.on_mps} if u.on_mps else {})}
                         for u in self.ops]}
 
     @property
@@ -84,15 +88,18 @@ def portable_dispatch(enabled=True):
         yield
 
 
-def capture(loaded, train=False, optimizer="sgd", on_call=None, portable=True):
+def capture(loaded, train=False, optimizer="sgd", on_call=None, portable=True, for_mps=None):
     """ModelOps for one forward (eval, no grad) or one training step of `loaded`.
 
-    `portable`: capture the generic paths a non-CPU target takes (portable_dispatch).
+    `portable`: capture the generic paths a non-CPU target takes (portable_dispatch);
+    `for_mps` (default: `portable`): say what a Mac runs in their place where it runs a
+    kernel of its own (kernels.py).
     """
     import torch
     from mpsprobe.engine.aten import AtenCapture
     from . import load as models
-    model = loaded.model
+    # A torch.compile'd model is traced as the eager module it wraps: its ops are the question.
+    model = getattr(loaded.model, COMPILED, loaded.model)
     tracker = ModuleTracker(model, root_name=loaded.name)
     cap = AtenCapture(where=tracker.current, on_call=on_call, source=user_line,
                       widen_low=_has_low_precision(model, loaded.inputs))
@@ -102,8 +109,10 @@ def capture(loaded, train=False, optimizer="sgd", on_call=None, portable=True):
                          "training step to capture; check it without --train")
     opt = optimizers[optimizer](model.parameters(), lr=1e-3) if train else None
     model.train(train)
+    for_mps = portable if for_mps is None else for_mps
+    fused = kernels.fused_calls(tracker.current, user_line, train) if for_mps else contextlib.nullcontext()
     try:
-        with portable_dispatch(portable), tracker, torch.set_grad_enabled(train):
+        with portable_dispatch(portable), tracker, torch.set_grad_enabled(train), fused:
             if train:
                 opt.zero_grad(set_to_none=True)
             with cap, (cap.widen_functions() if cap._widen_low else contextlib.nullcontext()):
@@ -132,6 +141,12 @@ def capture(loaded, train=False, optimizer="sgd", on_call=None, portable=True):
                 return [k for k, _ in table.get((name, dtype), Counter()).most_common()]
             uses.append(OpUse(name, dtype, count, ranked(cap.places), ranked(cap.lines),
                               ranked(cap.filed_variants), (name, dtype) in cap.widened))
+            if for_mps:
+                uses[-1].on_mps = kernels.routed_note(name, uses[-1].variants) or kernels.cpu_only_note(name)
+    for (kernel, dtype), (count, places, lines, note) in getattr(fused, "calls", {}).items():
+        def most(table):
+            return sorted(table, key=table.get, reverse=True)
+        uses.append(OpUse(kernel, dtype, count, most(places), most(lines), on_mps=note))
     dtype = str(next((p.dtype for p in model.parameters()), torch.get_default_dtype()))
     return ModelOps(loaded.name, "forward+backward" if train else "forward",
                     dtype.replace("torch.", ""), uses, kept=tuple(getattr(loaded, "kept", ())))
@@ -206,20 +221,44 @@ def ops_from_json(data):
     if not isinstance(data, dict) or not isinstance(data.get("ops"), list):
         raise CheckError('expected {"ops": [...]}, a JSON list of aten op names, or one name a line')
     default_dtype = data.get("dtype") or "float32"
+    for key in ("model", "mode", "dtype"):
+        if data.get(key) is not None and not isinstance(data[key], str):
+            raise CheckError(f"{key}: expected a string, got {json.dumps(data[key])}")
     uses = []
-    for item in data["ops"]:
+    for i, item in enumerate(data["ops"]):
         if isinstance(item, str):
             item = {"aten_op": item}
         if not isinstance(item, dict) or not isinstance(item.get("aten_op"), str):
-            raise CheckError(f"not an op entry: {item!r}")
+            raise CheckError(f"ops[{i}]: expected an object with an aten_op string, got {json.dumps(item)[:80]}")
+        _check_fields(item, i)
         name = item["aten_op"].strip()
         if not name.startswith("aten::"):
             name = "aten::" + name
         uses.append(OpUse(name, item.get("dtype") or default_dtype, int(item.get("count") or 1),
                           list(item.get("places") or []), list(item.get("lines") or []),
-                          list(item.get("variants") or [])))
+                          list(item.get("variants") or []),
+                          on_mps=item.get("on_mps") or kernels.cpu_only_note(name)))
     return ModelOps(data.get("model") or "ops", data.get("mode") or "ops", default_dtype, uses)
 
+
+
+# An op entry's optional fields and the type each must have.
+_FIELDS = {"dtype": (str, "a string"), "count": (int, "a positive integer"), "places": (list, "a list of strings"),
+           "lines": (list, "a list of strings"), "variants": (list, "a list of strings"),
+           "on_mps": (str, "a string")}
+
+
+def _check_fields(item, i):
+    """Refuses an op entry whose field has the wrong type, naming the field and the type."""
+    for key, (kind, expected) in _FIELDS.items():
+        value = item.get(key)
+        if value is None:
+            continue
+        wrong = not isinstance(value, kind) or isinstance(value, bool) or (
+            kind is list and not all(isinstance(x, str) for x in value)) or (kind is int and value < 1)
+        if wrong:
+            raise CheckError(f"ops[{i}].{key} ({item['aten_op']}): expected {expected}, "
+                             f"got {json.dumps(value)[:60]}")
 
 
 def _grad_fns(tree):
@@ -229,8 +268,21 @@ def _grad_fns(tree):
             if isinstance(x, torch.Tensor) and x.grad_fn is not None]
 
 
+COMPILED = "_orig_mod"   # torch.compile's wrapper holds the model under this name
+
+
+def module_name(path, module, root_name):
+    """A module as a porter reads it: its path with its class, `layer1.0.conv1 (Conv2d)`;
+    the model itself by its name; torch.compile's `_orig_mod` wrapper level left out."""
+    parts = [p for p in path.split(".") if p and p != COMPILED]
+    if not parts:
+        return root_name
+    return f"{'.'.join(parts)} ({type(module).__name__})"
+
+
 class ModuleTracker:
-    """Names the module that dispatched each op: `features.0`, `encoder.layers.1.self_attn`.
+    """Names the module that dispatched each op: `features.0 (Conv2d)`,
+    `encoder.layers.1.self_attn (MultiheadAttention)`.
 
     Forward: module hooks keep a stack of the modules running. Backward: the
     autograd engine runs one graph node at a time, and each node made during a
@@ -249,7 +301,7 @@ class ModuleTracker:
 
     def __enter__(self):
         for path, module in self.root.named_modules():
-            name = path or self.root_name
+            name = module_name(path, module, self.root_name)
             try:
                 self._handles.append(module.register_forward_pre_hook(self._enter_hook(name)))
             except RuntimeError:

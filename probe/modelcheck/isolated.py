@@ -32,12 +32,13 @@ class ModelCrashed(MpsprobeError):
 
 
 def capture(spec, *, input_shape=None, dtype=None, train=False, optimizer="sgd", portable=True,
-            record_calls=False, timeout=60.0):
+            for_mps=None, record_calls=False, timeout=60.0):
     """(ModelOps, [replay.Call] or None, {op: why not replayable}) for the model `spec`
     ("file.py" or "torchvision:NAME"), captured in a child process."""
     from . import replay
     answer = _run("capture", dict(spec=spec, input_shape=input_shape, dtype=dtype, train=train,
-                                  optimizer=optimizer, portable=portable, record_calls=record_calls),
+                                  optimizer=optimizer, portable=portable, for_mps=for_mps,
+                                  record_calls=record_calls),
                   timeout)
     calls = [replay.decode(text) for text in answer["calls"]] if answer["calls"] is not None else None
     return answer["model_ops"], calls, answer["skipped"]
@@ -199,7 +200,7 @@ def _load(spec, input_shape, dtype, progress):
     return loaded
 
 
-def _job_capture(progress, spec, input_shape, dtype, train, optimizer, portable, record_calls):
+def _job_capture(progress, spec, input_shape, dtype, train, optimizer, portable, for_mps, record_calls):
     from . import capture as capturing, replay
     loaded = _load(spec, input_shape, dtype, progress)
     recorder = replay.CallRecorder() if record_calls else None
@@ -211,7 +212,7 @@ def _job_capture(progress, spec, input_shape, dtype, train, optimizer, portable,
     progress.stage("training" if train else "forward")
     with _watch_modules(loaded.model, progress):
         model_ops = capturing.capture(loaded, train=train, optimizer=optimizer, portable=portable,
-                                      on_call=on_call)
+                                      on_call=on_call, for_mps=for_mps)
     calls = [replay.encode(c) for c in recorder.list()] if recorder is not None else None
     return {"model_ops": model_ops, "calls": calls, "skipped": recorder.skipped if recorder else {}}
 

@@ -11,6 +11,8 @@ scalar that `--train` differentiates.
 """
 import importlib.util
 import os
+import platform
+import re
 import sys
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
@@ -95,15 +97,34 @@ def _classification_loss(output):
     return default_loss(output)
 
 
+def torchvision_install(torch_version=None, system=None):
+    """The pip command installing the torchvision built for this torch, on this platform.
+
+    torchvision 0.(N+15).P goes with torch 2.N.P. On Linux, a torch from PyTorch's own
+    index (a local version like +cpu or +cu126) needs that index: the default one
+    serves a CUDA build of torch with its torchvision, which pulls another torch.
+    """
+    version = torch_version or torch.__version__
+    system = system or platform.system()
+    base, _, local = version.partition("+")
+    found = re.match(r"(\d+)\.(\d+)\.(\d+)", base)
+    pin = "torchvision"
+    if found and found.group(1) == "2":
+        pin = f"torchvision=={'0.%d.%s' % (int(found.group(2)) + 15, found.group(3))}"
+    if system != "Darwin" and local:
+        return f"pip install {pin} --index-url https://download.pytorch.org/whl/{local}"
+    return f"pip install {pin}"
+
+
 def _from_torchvision(name, input_shape):
     try:
         import torchvision.models
     except ImportError:
-        raise ModelError("torchvision is not installed: pip install torchvision "
+        raise ModelError(f"torchvision is not installed: {torchvision_install()} "
                          "(or describe the model in a .py file defining build())") from None
     except Exception as e:   # a torchvision built for another torch fails with RuntimeError
-        raise ModelError(f"torchvision could not be imported ({_first_line(e)}); install the "
-                         "torchvision that matches this torch") from None
+        raise ModelError(f"torchvision could not be imported ({_first_line(e)}); install the one "
+                         f"matching this torch: {torchvision_install()}") from None
     try:
         model = torchvision.models.get_model(name, weights=None)
     except (ValueError, KeyError):

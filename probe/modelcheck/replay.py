@@ -25,6 +25,7 @@ from torch.utils._pytree import tree_map
 import mpsprobe
 from mpsprobe.engine.aten import aten_name, main_dtype
 from mpsprobe.engine.execute import run_case
+from mpsprobe.engine.rulebook import DeviceSlot, filled
 from mpsprobe.ops import opinfo
 from mpsprobe.vocabulary import ERROR
 
@@ -40,13 +41,6 @@ class TensorMeta:
     def __repr__(self):
         kept = f",values={zlib.crc32(self.values.numpy().tobytes())}" if self.values is not None else ""
         return f"T({self.dtype},{self.shape},{self.stride},{self.offset}{kept})"
-
-
-class DeviceSlot:
-    """A device argument (`device=cpu` of a factory op): filled with where the call runs."""
-
-    def __repr__(self):
-        return "<device>"
 
 
 def _meta(x):
@@ -110,8 +104,8 @@ class Call:
                                kwargs=tree_map(materialize, self.kwargs))
 
     def op(self, anchor, *args, **kwargs):
-        fill = (lambda x: anchor.device if isinstance(x, DeviceSlot) else x)
-        return self.func(*tree_map(fill, args), **tree_map(fill, kwargs))
+        args, kwargs = filled(anchor, (args, kwargs))
+        return self.func(*args, **kwargs)
 
     def summary(self, limit=300):
         def describe(x):

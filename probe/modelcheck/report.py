@@ -57,7 +57,7 @@ class OpAnswer:
         return {"aten_op": a.use.aten_op, "dtype": a.use.dtype, "class": a.klass,
                 "status": a.status, "note": a.note, "confidence": a.confidence,
                 "count": a.use.count, "places": a.use.places, "lines": a.use.lines,
-                "variants": a.use.variants, "cpu_widened": a.use.widened,
+                "variants": a.use.variants, "cpu_widened": a.use.widened, "on_mps": a.use.on_mps,
                 "probe_ops": a.via, "message": a.message, "source": a.source,
                 "suggestions": [{"text": x.text, "source": x.source} for x in a.suggestions],
                 "cpu_ms": a.timing[0] if a.timing else None,
@@ -290,6 +290,24 @@ def _code_lines(lines, limit=3):
     return shown + (", …" if len(lines) > limit else "")
 
 
+# Ops that only allocate (their values are never read before written): no porter acts on
+# them while they work, so working ones share one line; a failing one keeps its row.
+ALLOCATIONS = ("aten::empty.memory_format", "aten::empty_strided", "aten::empty_like", "aten::new_empty",
+               "aten::new_empty_strided", "aten::empty_permuted", "aten::resize_")
+
+
+def _fold_allocations(answers):
+    """(answers to show one per row, allocation-only answers folded into one line)."""
+    folded = [a for a in answers if a.use.aten_op in ALLOCATIONS and a.klass in (OK, UNCHECKED, DECLARED)]
+    return [a for a in answers if a not in folded], folded
+
+
+def _allocation_line(folded):
+    calls = _listed([f"{a.use.aten_op} {a.use.dtype} ×{a.use.count}" for a in folded], limit=6)
+    symbols = "".join(sorted({ANSWER[a.klass].symbol for a in folded}))
+    return f"{symbols} allocation only, working: {calls}"
+
+
 def format_report(report, fail_on=FALLBACK):
     """The human-readable report, as a list of lines."""
     mo, run = report.model_ops, report.run
@@ -318,8 +336,9 @@ def format_report(report, fail_on=FALLBACK):
                      f"{'step' if mo.mode == 'forward+backward' else 'forward'}, "
                      "each copying its tensors to the CPU and back")
     lines.append("")
-    width = max((len(a.use.aten_op) for a in report.answers), default=10)
-    for a in report.answers:
+    shown, folded = _fold_allocations(report.answers)
+    width = max((len(a.use.aten_op) for a in shown), default=10)
+    for a in shown:
         timing = ""
         if a.timing:
             cpu_ms, target_ms = a.timing
@@ -335,11 +354,15 @@ def format_report(report, fail_on=FALLBACK):
                                        a.use.lines and f"at {_code_lines(a.use.lines)}") if x)
         if where:
             lines.append(f"    {where}")
+        if a.use.on_mps:
+            lines.append(f"    {a.use.on_mps}")
         if a.use.widened:
             lines.append(f"    the CPU has no {a.use.dtype} kernel for it: captured by running it in a wider dtype (float32, complex64)")
         if a.klass in (UNSUPPORTED, MISMATCH, FALLBACK) and a.message:
             lines.append(f"    {a.message[:160]}")
         lines += [f"    → {tip.text} ({tip.source})" for tip in a.suggestions]
+    if folded:
+        lines.append(_allocation_line(folded))
     failing, code = report.failing(fail_on), report.exit_code(fail_on)
     unknown = sum(a.klass == UNKNOWN for a in report.answers)
     lines.append("")
