@@ -152,9 +152,10 @@ def _say_whole_step(device, backend, train, say):
         f"({_torch_threads()} threads) and the target ({device if not backend else 'test backend'})")
 
 
-def _shape(input_shape):
-    """--input as a tuple (checked here, before any process starts), or None."""
-    from mpsprobe.modelcheck import load
+def _shape(spec, input_shape):
+    """--input as a tuple, or None; the spec and the shape checked here, before any process starts."""
+    from mpsprobe.modelcheck import isolated, load
+    isolated.check_spec(spec)
     return load.parse_shape(input_shape) if isinstance(input_shape, str) else input_shape
 
 
@@ -215,7 +216,7 @@ def check_model(model, example_inputs=None, db=None, *, input_shape=None, train=
         raise MpsprobeError(f"--macos {macos}: not a macOS version (write 13, 14 or 13.2)")
     # A model file or torchvision name runs in a process of its own (modelcheck/isolated.py).
     spec = str(model) if isinstance(model, (str, os.PathLike)) and not str(model).endswith(".json") else None
-    shape = _shape(input_shape) if spec else None
+    shape = _shape(spec, input_shape) if spec else None
     if run and (torch or macos or run_id):
         raise MpsprobeError("--run measures this machine: --torch, --macos and --run-id do not apply")
     is_list = isinstance(model, (str, os.PathLike)) and str(model).endswith(".json")

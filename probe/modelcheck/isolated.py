@@ -31,6 +31,17 @@ class ModelCrashed(MpsprobeError):
     """The model's own code killed or held its process."""
 
 
+class ModelSpecError(MpsprobeError):
+    """MODEL names no model mpsprobe can load."""
+
+
+def check_spec(spec):
+    """Refuse a spec that names no model, before any process is started for it."""
+    if not spec.startswith("torchvision:") and not spec.endswith(".py"):
+        raise ModelSpecError(f"{spec}: a model is a .py file defining build(), torchvision:NAME, "
+                             "or an op list written by --export (.json)")
+
+
 def capture(spec, *, input_shape=None, dtype=None, train=False, optimizer="sgd", portable=True,
             for_mps=None, record_calls=False, timeout=60.0):
     """(ModelOps, [replay.Call] or None, {op: why not replayable}) for the model `spec`

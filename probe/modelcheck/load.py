@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from mpsprobe.errors import MpsprobeError
+from .isolated import check_spec
 
 
 MAX_INPUT_ELEMENTS = 1 << 28   # 1 GiB of float32: far beyond an example input
@@ -141,9 +142,7 @@ def load(spec, input_shape=None):
     torch.manual_seed(0)
     if spec.startswith("torchvision:"):
         return _from_torchvision(spec.partition(":")[2], input_shape)
-    if not spec.endswith(".py"):
-        raise ModelError(f"{spec}: a model is a .py file defining build(), torchvision:NAME, "
-                         "or an op list written by --export (.json)")
+    check_spec(spec)   # the same refusal the parent gives before starting the model's process
     loaded = _from_file(spec)
     if input_shape is not None:
         loaded.inputs = torch.randn(input_shape)

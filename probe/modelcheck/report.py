@@ -237,7 +237,7 @@ def _basis_lines(report):
         lines.append("  (a test backend: NOT a real device measurement)")
     elif rank not in knowledge.RANKS:
         lines.append(f"  ({rank}: asked for with --device or --run-id)")
-    gaps = sum(a.source.startswith(knowledge.DECLARED) for a in report.answers)
+    gaps = sum((a.source or "").startswith(knowledge.DECLARED) for a in report.answers)
     if declared and gaps:
         lines.append(f"  {gaps} answer(s) the run leaves open: {declared.describe()}")
     return lines
@@ -347,7 +347,7 @@ def format_report(report, fail_on=FALLBACK):
         sure = f" [{a.confidence}]" if a.klass == UNKNOWN and a.confidence not in (None, OTHER_DTYPES) \
             and a.confidence not in a.note else ""
         # An answer resting on other evidence than the header's says which.
-        other = f" [{a.source}]" if a.source.startswith(knowledge.DECLARED) and run is not None else ""
+        other = f" [{a.source}]" if (a.source or "").startswith(knowledge.DECLARED) and run is not None else ""
         lines.append(f"{ANSWER[a.klass].symbol} {a.use.aten_op:<{width}} {a.use.dtype or '-':<9} "
                      f"×{a.use.count:<4} {a.note}{sure}{timing}{other}")
         where = "   ".join(x for x in (_listed(a.use.places) and f"in {_listed(a.use.places)}",
