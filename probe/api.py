@@ -330,7 +330,7 @@ def record_declared_history(db="mpsprobe.db", versions="2.0..2.13", cache_dir=No
     """Record the declarations of every torch release in `versions` (e.g. "2.0..2.13").
 
     Each release's macOS arm64 wheel is downloaded once into `cache_dir`
-    (default: $MPSPROBE_WHEEL_CACHE or ~/.cache/mpsprobe/wheels) and read like
+    (default: $MPSPROBE_WHEEL_CACHE, else the wheels folder of mpsprobe's cache) and read like
     a --wheel. Returns one dict per release asked for: asked, torch_version,
     ok, error, rows (recorded), seconds, readings. A release that cannot be
     listed, downloaded or read gets its error and nothing recorded; the others
