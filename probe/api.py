@@ -107,7 +107,7 @@ def probe(ops=None, dtypes=None, device="auto", samples=3, db="mpsprobe.db", *, 
         mps_fallback=mps_fallback, shard=tuple(shard) if shard else None, python=python,
         resume=resume, fresh=fresh, strict_precision=strict_precision,
         **({"passes": tuple(_split(passes))} if passes else {}))
-    sweep = Sweep(options)
+    sweep = Sweep(options, say=say)
     env, pairs = sweep.prepare(select)
     todo = sweep.open()
     run = Run(str(db), sweep.writer.run_id, "running", 0, {}, len(pairs), env, sweep.resumed)

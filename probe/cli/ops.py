@@ -14,7 +14,8 @@ def ops(pattern, db_path, as_json):
 
     PATTERN is a substring of the op id or its aten name (conv), or a glob
     (nn.functional.*). With --db, each op's worst status over its dtypes in the
-    run mpsprobe answers from. The names are what `run --ops` takes.
+    run mpsprobe answers from. The names are what `run --ops` takes. The
+    catalogue is read from OpInfo once per torch build and cached.
 
     \b
     Examples:
@@ -23,9 +24,9 @@ def ops(pattern, db_path, as_json):
     """
     import sys
     import mpsprobe
-    from mpsprobe.ops import opinfo
-    click.echo("loading the op catalogue …", err=True)
-    found = opinfo.catalogue(pattern)
+    from mpsprobe.ops import catalogue
+    data = catalogue.current(say=lambda text: click.echo(text, err=True))
+    found = catalogue.search(data, pattern)
     run = statuses = None
     if db_path:
         run, statuses = mpsprobe.op_statuses(db_path)
@@ -33,8 +34,7 @@ def ops(pattern, db_path, as_json):
         click.echo(output.as_json([dict(r, status=(statuses or {}).get(r["op"])) for r in found]))
         return
     if not found:
-        keys = {r["op"] for r in opinfo.catalogue()}
-        hint = opinfo.suggest(pattern, keys)
+        hint = catalogue.suggest(pattern, {r["op"] for r in data["ops"]})
         click.echo(f"no op matches {pattern!r}" + (f"; did you mean {', '.join(hint)}?" if hint else ""),
                    err=True)
         sys.exit(1)

@@ -14,7 +14,8 @@ anything that can fail runs.
 
 Requests (stdin, one JSON object a line):
   {"cmd": "describe"}                      -> {"type": "describe", "env": {...}}
-  {"cmd": "plan", "ops": [...], "dtypes": [...]} -> {"type": "plan", "pairs": [...]}
+  {"cmd": "plan", "ops": [...], "dtypes": [...], "passes": [...]}
+      -> {"type": "plan", "pairs": [...], "catalogue": {...}} (ops/catalogue.py's data)
   {"cmd": "pair", "op": ..., "dtype": ..., "passes": [...], "done": [case keys already recorded],
    "health_check": true after a hung case was killed (optional)}
       -> {"type": "begin", "index": i, "pass": p, "sample": "..."} and
@@ -28,6 +29,7 @@ Any request can instead answer {"type": "fatal", "message": "..."}.
 import contextlib
 import json
 import os
+import queue
 import sys
 import threading
 import time
@@ -66,8 +68,6 @@ class Worker:
         self.case = groups.case if groups else contextlib.nullcontext
         self._aten_cache = {}  # pass -> {(op, dtype, sample signature): the aten ops it dispatches}
         self.modes = self._precision(config.get("strict_precision", False))
-        if config.get("catalogue"):   # a sweep's worker needs it for every pair: load it before the first
-            self._opinfos = self._load_catalogue()
 
     def _precision(self, strict):
         """The target's precision settings, switched off for the worker's life when strict."""
@@ -77,6 +77,12 @@ class Worker:
             self._strict = precision.strict_precision(self.target.torch_device)
             self._strict.__enter__()
         return self.target.precision_modes()
+
+    def preload(self):
+        """A sweep's worker needs the catalogue for every pair: it loads it when idle,
+        after any request already waiting (describe answers before OpInfo's import)."""
+        if self._opinfos is None:
+            self._opinfos = self._load_catalogue()
 
     @property
     def opinfos(self):
@@ -117,9 +123,11 @@ class Worker:
         self.send({"type": "describe", "env": env})
 
     def plan(self, request):
-        from mpsprobe.ops import opinfo
-        pairs = opinfo.list_pairs(request.get("ops"), request.get("dtypes"), self.opinfos)
-        self.send({"type": "plan", "pairs": pairs})
+        """The pairs, and the catalogue they come from (for the parent to cache)."""
+        from mpsprobe.ops import catalogue, opinfo
+        data = opinfo.describe(self.opinfos)
+        pairs = catalogue.pairs(data, request.get("ops"), request.get("dtypes"), request.get("passes"))
+        self.send({"type": "plan", "pairs": pairs, "catalogue": data})
 
     def pair(self, request):
         """Every case of one (op, dtype): each pass asked for, each sample."""
@@ -263,8 +271,10 @@ def _serve(config, send, groups):
         send({"type": "fatal", "message": str(e) or type(e).__name__})
         return
     profile = _Profile.from_env()
+    requests = _Requests(sys.stdin)
     while True:
-        line = sys.stdin.readline()   # a call, not iteration: a profile shows the wait
+        idle = worker.preload if config.get("catalogue") and worker._opinfos is None else None
+        line = requests.next(idle)   # a call, not iteration: a profile shows the wait
         if not line:
             break
         request = json.loads(line)
@@ -275,6 +285,30 @@ def _serve(config, send, groups):
                   "error_type": type(e).__name__})
         if profile:
             profile.save_now_and_then()
+
+
+class _Requests:
+    """The request lines of stdin, read by a thread, so that the worker can tell
+    when none is waiting (and use the time)."""
+    IDLE_S = 0.2   # no request within this long: the worker is idle
+
+    def __init__(self, stream):
+        self.lines = queue.Queue()
+        threading.Thread(target=self._read, args=(stream,), daemon=True).start()
+
+    def _read(self, stream):
+        for line in iter(stream.readline, ""):
+            self.lines.put(line)
+        self.lines.put("")   # the parent closed stdin
+
+    def next(self, idle=None):
+        """The next line ("" at the end); `idle()` runs first if none comes within IDLE_S."""
+        if idle is not None:
+            try:
+                return self.lines.get(timeout=self.IDLE_S)
+            except queue.Empty:
+                idle()
+        return self.lines.get()
 
 
 class _Profile:
