@@ -151,6 +151,7 @@ class Worker:
         from .execute import run_case
         from .judge import REFERENCE_FAILED
         from .plan import case_key
+        from .timing import PASSING
         from .variants import out_form, run_variant_case
         self._flush()   # the last pass's held result goes out before sample generation runs
         try:
@@ -162,12 +163,14 @@ class Worker:
                        "reason_kind": REFERENCE_FAILED,
                        "error_type": type(e).__name__, "message": first_line(e)})
             return 1
-        options = dict(timing=self.config.get("timing", True), aten_cache=self._aten_cache.setdefault(pass_, {}),
-                       modes=self.modes)
+        options = dict(aten_cache=self._aten_cache.setdefault(pass_, {}), modes=self.modes)
         fn = out_form(op.op) if pass_ == OUT else opinfo.variant(op, pass_)
+        # One case of the pass is timed: the first that passes (timing.PASSING).
+        timed = not self.config.get("timing", True)
         for index, sample in enumerate(cases):
             if case_key(index, pass_) in done:
                 continue
+            options["timing"] = False if timed else PASSING
             self.send({"type": "begin", "index": index, PASS_COLUMN: pass_,
                        "sample": sample_tools.summarize(sample)})
             try:
@@ -185,6 +188,7 @@ class Worker:
                           "reason": f"mpsprobe could not judge this case: {type(e).__name__}: {first_line(e)}",
                           "error_type": type(e).__name__, "message": str(e)[:500]}
             result[PASS_COLUMN] = pass_
+            timed = timed or result.get("target_ms") is not None
             self._hold({"type": "result", "index": index, **flagged(result, after_hang)})
         return len(cases)
 
