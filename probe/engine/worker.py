@@ -29,7 +29,7 @@ Any request can instead answer {"type": "fatal", "message": "..."}.
 import contextlib
 import json
 import os
-import queue
+import select
 import sys
 import threading
 import time
@@ -251,11 +251,12 @@ def main(config_json):
     protocol = os.fdopen(os.dup(1), "w")   # os.dup: not inherited by children
     os.dup2(2, 1)
     sys.stdout = sys.stderr
-    send = _Sender(protocol, json.loads(sys.stdin.readline()))   # the parent's first line
+    requests = _Requests(0)
+    send = _Sender(protocol, json.loads(requests.next()))   # the parent's first line
     groups = CaseGroups()
     threading.Thread(target=_watch_parent, args=(groups,), daemon=True).start()
     try:
-        _serve(json.loads(config_json), send, groups)
+        _serve(json.loads(config_json), send, groups, requests)
     except BaseException as e:  # SystemExit, KeyboardInterrupt, a reply channel gone, ...
         try:
             send.flush()   # a result held for the next write is still a result
@@ -268,14 +269,13 @@ def main(config_json):
         os._exit(e.code if isinstance(e, SystemExit) and isinstance(e.code, int) else 1)
 
 
-def _serve(config, send, groups):
+def _serve(config, send, groups, requests):
     try:
         worker = Worker(config, send, groups)
     except Exception as e:
         send({"type": "fatal", "message": str(e) or type(e).__name__})
         return
     profile = _Profile.from_env()
-    requests = _Requests(sys.stdin)
     while True:
         idle = worker.preload if config.get("catalogue") and worker._opinfos is None else None
         line = requests.next(idle)   # a call, not iteration: a profile shows the wait
@@ -292,27 +292,27 @@ def _serve(config, send, groups):
 
 
 class _Requests:
-    """The request lines of stdin, read by a thread, so that the worker can tell
-    when none is waiting (and use the time)."""
+    """The request lines of stdin, read unbuffered by Python (os.read), so that the
+    worker can tell when none is waiting (select) and use the time."""
     IDLE_S = 0.2   # no request within this long: the worker is idle
 
-    def __init__(self, stream):
-        self.lines = queue.Queue()
-        threading.Thread(target=self._read, args=(stream,), daemon=True).start()
-
-    def _read(self, stream):
-        for line in iter(stream.readline, ""):
-            self.lines.put(line)
-        self.lines.put("")   # the parent closed stdin
+    def __init__(self, fd=0):
+        self.fd = fd
+        self.buffer = b""
 
     def next(self, idle=None):
         """The next line ("" at the end); `idle()` runs first if none comes within IDLE_S."""
-        if idle is not None:
-            try:
-                return self.lines.get(timeout=self.IDLE_S)
-            except queue.Empty:
+        if idle is not None and b"\n" not in self.buffer:
+            if not select.select([self.fd], [], [], self.IDLE_S)[0]:
                 idle()
-        return self.lines.get()
+        while b"\n" not in self.buffer:
+            chunk = os.read(self.fd, 65536)
+            if not chunk:
+                line, self.buffer = self.buffer, b""
+                return line.decode()
+            self.buffer += chunk
+        line, _, self.buffer = self.buffer.partition(b"\n")
+        return line.decode() + "\n"
 
 
 class _Profile:
