@@ -145,6 +145,8 @@ class Sweep:
         except catalogue.CatalogueError as e:
             self.pool.close()
             raise SweepError(str(e)) from None
+        if cached and not planned:
+            self._refuse_no_pairs()
         self.say("planned from the cached op catalogue; starting the workers (torch) …" if cached else
                  "loading the op catalogue (torch and its OpInfo database) …")
         try:
@@ -162,13 +164,16 @@ class Sweep:
             self.pool.close()
             raise SweepError(str(e)) from None
         if not planned:
-            self.pool.close()
-            raise SweepError(f"no (op, dtype) pair to probe: no op selected by --ops "
-                             f"{','.join(options.ops) or '(all)'} supports --dtypes "
-                             f"{','.join(options.dtypes)} on the CPU")
+            self._refuse_no_pairs()
         self.pairs = [p for p in planned if in_shard(p, options.shard)
                       and (select is None or select(p))]
         return self.env, self.pairs
+
+    def _refuse_no_pairs(self):
+        self.pool.close()
+        raise SweepError(f"no (op, dtype) pair to probe: no op selected by --ops "
+                         f"{','.join(self.options.ops) or '(all)'} supports --dtypes "
+                         f"{','.join(self.options.dtypes)} on the CPU")
 
     def open(self):
         """Open the DB and start or resume the run; returns the pairs still to do."""
