@@ -5,7 +5,9 @@ the OpInfo catalogue, make the same seeded samples, copy each to the target,
 call the op on the CPU and on the target, synchronise. That is the least any
 CPU-vs-device consistency check must do. The probe does the same cases in
 isolated workers, plus its float64 "truth" call, comparison, aten capture and
-one SQLite commit per pair. Both are run without timing repetitions.
+one SQLite commit per pair. Both are run without timing repetitions, unless
+--timing asks the probe for its per-case timing (what a default `run` does):
+the ratio then includes what that timing costs.
 
     python benchmarks/harness_overhead.py --device cpu --samples 1 --shard 1/10
     python benchmarks/harness_overhead.py --device cuda --samples 3 --workers 1,16
@@ -84,6 +86,7 @@ def main():
     parser.add_argument("--dtypes", default="")
     parser.add_argument("--shard", default=None, help="I/N: only this slice of the pairs")
     parser.add_argument("--repeat", type=int, default=1, help="rounds of bare loop and probe, alternated")
+    parser.add_argument("--timing", action="store_true", help="the probe times cases, as `run` does by default")
     parser.add_argument("--bare", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--threads", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -109,10 +112,11 @@ def main():
                   f"load {os.getloadavg()[0]:.2f}", flush=True)
             p = _common.run_sweep(device=args.device, ops=_common.split(args.ops),
                                   dtypes=_common.split(args.dtypes), samples=args.samples,
-                                  timing=False, workers=workers, shard=_common.parse_shard(args.shard))
+                                  timing=args.timing, workers=workers, shard=_common.parse_shard(args.shard))
             os.remove(p["db"])
             probes[workers].append((b, p))
-            print(f"round {round_ + 1}: probe, {workers} worker(s): {p['cases']} cases in "
+            print(f"round {round_ + 1}: probe, {workers} worker(s), timing {'on' if args.timing else 'off'}: "
+                  f"{p['cases']} cases in "
                   f"{p['wall_s']:.1f} s (start-up {p['startup_s']:.1f} s); ratio "
                   f"{p['wall_s'] / b['wall_s']:.2f}; load {os.getloadavg()[0]:.2f}", flush=True)
     print("| device | samples | shard | workers | cases | rounds | bare s (start-up + samples + op calls) "

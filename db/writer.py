@@ -17,7 +17,11 @@ from mpsprobe.errors import MpsprobeError
 from mpsprobe.versions import version_key
 from mpsprobe.vocabulary import FORWARD, PASS_COLUMN, STATUSES
 from . import files
-from .migrations.m006_speed import MODEL_CROSSOVERS, MODEL_SPEED, SPEED, SPEED_CROSSOVERS
+from .migrations import m006_speed, m011_speed_spread
+from .migrations.m006_speed import MODEL_CROSSOVERS, MODEL_SPEED
+
+SPEED = {**m006_speed.SPEED, **m011_speed_spread.SPEED_SPREAD}
+SPEED_CROSSOVERS = {**m006_speed.SPEED_CROSSOVERS, **m011_speed_spread.CROSSOVER_SPREAD}
 from .schema import write_transaction
 from .views import status_counts
 
@@ -266,7 +270,7 @@ def record_declared_failure(db, torch_version, device, source, origin, error):
 
 # -- speed: ladders (`bench`) and model batch sweeps (`check --run --batch`) -----
 # Rows arrive as dicts or dataclasses (mpsprobe.engine.ladder.LadderRow) with the
-# columns of db/migrations/m006_speed.py; unknown keys are dropped. Each call
+# columns of db/migrations/m006_speed.py and m011_speed_spread.py; unknown keys are dropped. Each call
 # commits, so a killed bench keeps every op it finished; re-recording a key
 # replaces the row (a resumed or repeated op in the same run).
 

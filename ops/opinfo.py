@@ -6,7 +6,6 @@ that shifts between torch versions, so everything read from it goes through
 """
 import contextlib
 import fnmatch
-import difflib
 import itertools
 import sys
 import traceback
@@ -14,11 +13,8 @@ import zlib
 
 import torch
 
-from mpsprobe.errors import MpsprobeError
-
-
-class CatalogueError(MpsprobeError):
-    """The op catalogue cannot be read, or a filter names nothing in it."""
+from mpsprobe.ops.catalogue import CatalogueError, suggest  # noqa: F401 (suggest: for callers)
+from mpsprobe.ops import catalogue as plain
 
 
 # Ops whose values are random or uninitialised: only shape, dtype and device
@@ -99,81 +95,32 @@ def reference_dtypes(opinfo):
         return sorted(getattr(opinfo, "dtypes", ()) or (), key=dtype_name)
 
 
-def _match(patterns, opinfos):
-    if not patterns:
-        return opinfos
-    keys = {op_key(o) for o in opinfos} | {o.name for o in opinfos}
-    unknown = [p for p in patterns if not fnmatch.filter(keys, p)]
-    if unknown:
-        hint = suggest(unknown[0], keys)
-        more = f" (did you mean {', '.join(hint)}?)" if hint else ""
-        raise CatalogueError(f"unknown op: {unknown[0]!r}{more}; `mpsprobe ops` lists them")
-    return [o for o in opinfos
-            if any(fnmatch.fnmatchcase(op_key(o), p) or fnmatch.fnmatchcase(o.name, p)
-                   for p in patterns)]
-
-
-def suggest(name, keys, n=5):
-    """Op ids a mistyped or partial name may mean, best first: ids whose last
-    dotted component is the name (conv2d -> nn.functional.conv2d), then ids
-    containing it, then close spellings."""
-    wanted = name.lower().strip("*?")
-    keys = sorted(keys, key=lambda k: (len(k), k))
-    last = [k for k in keys if k.lower().rsplit(".", 1)[-1] == wanted]
-    starts = [k for k in keys if k.lower().rsplit(".", 1)[-1].startswith(wanted)]
-    inside = [k for k in keys if wanted and wanted in k.lower()]
-    lasts = {}
-    for k in keys:
-        lasts.setdefault(k.lower().rsplit(".", 1)[-1], []).append(k)
-    close_last = [k for m in difflib.get_close_matches(wanted, list(lasts), n=n) for k in lasts[m]]
-    close = difflib.get_close_matches(name, keys, n=n)
-    return list(dict.fromkeys(last + starts + inside + close_last + close))[:n]
+def describe(opinfos):
+    """The catalogue as plain data (ops/catalogue.py): per op its id, OpInfo name,
+    variant, aten name, CPU dtypes and the passes it has in each; with this torch's
+    dtype names (aliases too: "float" is float32) and build."""
+    from mpsprobe.vocabulary import PASSES
+    rows = []
+    for o in opinfos:
+        dtypes = reference_dtypes(o)
+        rows.append({"op": op_key(o), "name": o.name,
+                     "variant": getattr(o, "variant_test_name", "") or "",
+                     "aten_name": getattr(o, "aten_name", None) or o.name,
+                     "dtypes": [dtype_name(d) for d in dtypes],
+                     "passes": {dtype_name(d): passes(o, d, PASSES) for d in dtypes}})
+    names = {name: dtype_name(value) for name, value in vars(torch).items() if isinstance(value, torch.dtype)}
+    return {"format": plain.FORMAT, "torch_version": torch.__version__,
+            "torch_git": getattr(torch.version, "git_version", ""), "dtype_names": names, "ops": rows}
 
 
 def catalogue(pattern="", opinfos=None):
-    """One row per op (id, OpInfo name, variant, aten name, CPU dtypes), for
-    `mpsprobe ops`: every op, or those matching `pattern` (a glob when it has *
-    or ?, else a case-insensitive substring of the id or the aten name)."""
-    opinfos = load_op_db() if opinfos is None else opinfos
-    found = []
-    for o in opinfos:
-        key = op_key(o)
-        aten = getattr(o, "aten_name", None) or o.name
-        if pattern:
-            if any(c in pattern for c in "*?["):
-                if not (fnmatch.fnmatchcase(key, pattern) or fnmatch.fnmatchcase(aten, pattern)):
-                    continue
-            elif pattern.lower() not in key.lower() and pattern.lower() not in aten.lower():
-                continue
-        found.append({"op": key, "name": o.name,
-                      "variant": getattr(o, "variant_test_name", "") or "", "aten_name": aten,
-                      "dtypes": [dtype_name(d) for d in reference_dtypes(o)]})
-    found.sort(key=lambda r: r["op"])
-    return found
+    """`mpsprobe ops`'s rows (catalogue.search), read from OpInfo."""
+    return plain.search(describe(load_op_db() if opinfos is None else opinfos), pattern)
 
 
-def list_pairs(ops=None, dtypes=None, opinfos=None):
-    """The (op, dtype) pairs to probe, as plain dicts, in a stable order.
-
-    `ops`: names or globs matched against op ids and OpInfo names;
-    `dtypes`: dtype names; None means every dtype the op supports on the CPU.
-    """
-    opinfos = load_op_db() if opinfos is None else opinfos
-    wanted = {dtype_name(parse_dtype(d)) for d in dtypes} if dtypes else None
-    pairs = []
-    for o in _match(list(ops or ()), opinfos):
-        key = op_key(o)
-        for dtype in reference_dtypes(o):
-            name = dtype_name(dtype)
-            if wanted is None or name in wanted:
-                pairs.append({
-                    "op": key, "name": o.name,
-                    "variant": getattr(o, "variant_test_name", "") or "",
-                    "aten_name": getattr(o, "aten_name", None) or o.name,
-                    "dtype": name,
-                })
-    pairs.sort(key=lambda p: (p["op"], p["dtype"]))
-    return pairs
+def list_pairs(ops=None, dtypes=None, opinfos=None, passes=None):
+    """The (op, dtype) pairs to probe (catalogue.pairs), read from OpInfo."""
+    return plain.pairs(describe(load_op_db() if opinfos is None else opinfos), ops, dtypes, passes)
 
 
 def pair_seed(op, dtype):

@@ -118,7 +118,7 @@ def probe(ops=None, dtypes=None, device="auto", samples=3, db="mpsprobe.db", *, 
         mps_fallback=mps_fallback, shard=tuple(shard) if shard else None, python=python,
         resume=resume, fresh=fresh, strict_precision=strict_precision, runner_label=runner_label,
         command=command, **({"passes": tuple(_split(passes))} if passes else {}))
-    sweep = Sweep(options)
+    sweep = Sweep(options, say=say)
     env, pairs = sweep.prepare(select)
     todo = sweep.open()
     run = Run(str(db), sweep.writer.run_id, "running", 0, {}, len(pairs), env, sweep.resumed)
@@ -425,7 +425,7 @@ def record_declared_history(db="mpsprobe.db", versions="2.0..2.13", cache_dir=No
     """Record the declarations of every torch release in `versions` (e.g. "2.0..2.13").
 
     Each release's macOS arm64 wheel is downloaded once into `cache_dir`
-    (default: $MPSPROBE_WHEEL_CACHE or ~/.cache/mpsprobe/wheels) and read like
+    (default: $MPSPROBE_WHEEL_CACHE, else the wheels folder of mpsprobe's cache) and read like
     a --wheel. Returns one dict per release asked for: asked, torch_version,
     ok, error, rows (recorded), seconds, readings. A release that cannot be
     listed, downloaded or read gets its error and nothing recorded; the others

@@ -72,13 +72,8 @@ def parse_spec(text):
 # -- where environments live ---------------------------------------------------
 
 def cache_root():
-    if os.environ.get("MPSPROBE_CACHE"):
-        return os.path.abspath(os.path.expanduser(os.environ["MPSPROBE_CACHE"]))
-    try:
-        import platformdirs
-        return platformdirs.user_cache_dir("mpsprobe", appauthor=False)
-    except ImportError:
-        return os.path.join(os.path.expanduser("~"), ".cache", "mpsprobe")
+    from mpsprobe import cachedirs
+    return cachedirs.root()
 
 
 def envs_dir():

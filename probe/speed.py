@@ -75,10 +75,8 @@ class Bench:
     wall_s: float = 0.0
 
     def summary(self):
-        """(op, pass, crossover text, best speedup) per ladder, in the order they ran."""
-        on_cpu = str(self.env.get("device", "")).split(":")[0] == "cpu"
-        return [(c["op"], c["pass_name"], "n/a (target is the CPU)" if on_cpu else crossover_text(c),
-                 c["best_speedup"]) for c in self.crossovers]
+        """(op, pass, crossover text, best speedup text) per ladder, in the order they ran."""
+        return [(c["op"], c["pass_name"], crossover_text(c), speedup_text(c)) for c in self.crossovers]
 
     def to_json(self):
         from dataclasses import asdict
@@ -89,15 +87,35 @@ class Bench:
                 "rows": [asdict(r) for r in self.rows]}
 
 
+NO_TARGET = "no target (the CPU against itself)"
+
+
 def crossover_text(c):
-    """How a crossover reads: "from size 30000", "always", "never (best 0.42x)", "not measured"."""
+    """How a crossover reads: "from size 30000", "always", "never shown faster" (no rung's
+    speedup interval lies above 1), "not measured", or no target."""
+    if c.get("no_target"):
+        return NO_TARGET
     if not c.get("rungs"):
         return "not measured"
     if c.get("always"):
         return "always"
     if c.get("crossover") is None:
-        return "never"
+        return "never shown faster"
     return f"from {c['by']} {c['crossover']:g}"
+
+
+def speedup_text(c):
+    """The best speedup, claimed only where its interval excludes 1: "2.10x (1.85-2.40)",
+    "no clear difference (0.91-1.20)", "—" (no target), or "— (no interval)" (too few
+    repetitions for one, or recorded before intervals were)."""
+    best, lo, hi = c.get("best_speedup"), c.get("best_speedup_lo"), c.get("best_speedup_hi")
+    if c.get("no_target") or best is None:
+        return "—"
+    if lo is None or hi is None:
+        return "— (no interval)"
+    if lo > 1 or hi < 1:
+        return f"{best:.2f}x ({lo:.2f}-{hi:.2f})"
+    return f"no clear difference ({lo:.2f}-{hi:.2f})"
 
 
 def _open(db_path):

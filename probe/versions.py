@@ -7,26 +7,45 @@ registering), and the query layer matches user-given prefixes with `matches`.
 """
 import re
 
-_VERSION = re.compile(r"(\d+)(?:\.(\d+))?(?:\.(\d+))?(?:\.?(a|b|rc|dev)(\d*))?")
-# Pre-releases sort before the release they lead to: dev < a < b < rc < final.
-_PRE_RANK = {"dev": "0", "a": "1", "b": "2", "rc": "3", None: "9"}
+from packaging.version import InvalidVersion, Version
+
+# Pre-releases sort before the release they lead to: dev < a < b < rc < final < post.
+_PRE_RANK = {"a": "1", "b": "2", "rc": "3"}
+
+
+def _parse(version):
+    """packaging's Version of `version`, or of its leading numbers ("14.4 (23E214)")."""
+    text = (version or "").strip()
+    try:
+        return Version(text)
+    except InvalidVersion:
+        match = re.match(r"\d+(\.\d+)*", text)
+        return Version(match.group(0)) if match else None
 
 
 def version_key(version):
-    """A string that sorts like the version: "2.10.0" > "2.9.1" > "2.9.1.dev20250101".
+    """A string that sorts like the version (PEP 440, by packaging):
+    "2.10.0" > "2.9.1" > "2.9.1.dev20250101", "2.1.0.post1" > "2.1.0".
 
     "2.5.1+cu121" -> "0002.0005.0001.9"; the local part (+cpu, +git…) is ignored.
     Zero-padded text, so SQLite (and Datasette) order versions without any
-    registered function. None for anything that is not a version.
+    registered function; the keys runs recorded before stay valid. A .devN of a
+    pre- or post-release sorts with it (torch publishes none). None for anything
+    that is not a version.
     """
-    match = _VERSION.match((version or "").strip())
-    if not match:
+    parsed = _parse(version)
+    if parsed is None:
         return None
-    major, minor, patch, pre, pre_n = match.groups()
-    key = ".".join(f"{int(x or 0):04d}" for x in (major, minor, patch))
-    key += "." + _PRE_RANK[pre]
-    if pre:
-        key += f"{int(pre_n or 0):010d}"   # nightlies: .dev20250101
+    release = (list(parsed.release) + [0, 0])[:3]
+    key = ".".join(f"{x:04d}" for x in release) + "."
+    if parsed.pre:
+        key += _PRE_RANK[parsed.pre[0]] + f"{parsed.pre[1]:010d}"
+    elif parsed.dev is not None and parsed.post is None:
+        key += "0" + f"{parsed.dev:010d}"   # nightlies: .dev20250101
+    else:
+        key += "9"
+    if parsed.post is not None:
+        key += f"p{parsed.post:010d}"
     return key
 
 

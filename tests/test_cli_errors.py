@@ -7,8 +7,8 @@ import pytest
 
 def assert_one_line_error(result, needle):
     assert result.exit_code == 2, result.output
-    # `run` says what it will do and that it loads the catalogue before any error.
-    progress = ("target:", "mpsprobe run:", "loading the op catalogue")
+    # `run` says what it will do and where its plan comes from before any error.
+    progress = ("target:", "mpsprobe run:", "loading the op catalogue", "planned from the cached op catalogue")
     lines = [l for l in result.output.splitlines() if l.strip() and not l.startswith(progress)]
     assert len(lines) == 1, result.output
     assert lines[0].startswith("Error: ") and needle in lines[0], lines[0]

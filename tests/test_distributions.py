@@ -282,3 +282,13 @@ def test_forms_that_do_not_write_where_they_should_are_caught(monkeypatch):
     monkeypatch.setitem(D.RANDOM_OPS, "nn.functional.dropout", fresh_dropout)
     assert D.check_sample("nn.functional.dropout", x, n=4096, max_calls=64).status == PASS
     assert D.check_sample("nn.functional.dropout", x, n=4096, max_calls=64, form=INPLACE).status == MISMATCH
+
+
+def test_the_normal_quantile_refuses_rates_outside_zero_to_one():
+    from mpsprobe.engine.distributions import _normal_quantile
+    assert _normal_quantile(0.05) == pytest.approx(1.959963984540054, rel=1e-12)
+    assert _normal_quantile(1e-6) == pytest.approx(4.891638475698, rel=1e-9)
+    # The bisection answered 38.5 for a rate of 0 (a test that may never reject) and ~0 for 1.5.
+    for alpha in (0.0, 1.5, -1e-3):
+        with pytest.raises(ValueError, match="false-alarm rate"):
+            _normal_quantile(alpha)

@@ -78,10 +78,21 @@ def test_installer_prefers_uv(monkeypatch):
 def test_cache_root(monkeypatch, tmp_path):
     monkeypatch.setenv("MPSPROBE_CACHE", str(tmp_path / "c"))
     assert envs.envs_dir() == str(tmp_path / "c" / "envs")
-    monkeypatch.delenv("MPSPROBE_CACHE")
-    monkeypatch.setitem(sys.modules, "platformdirs", None)   # not installed
+
+
+def test_environments_and_wheels_share_one_cache_root_on_a_mac(monkeypatch, tmp_path):
+    # Environments went under ~/Library/Caches and wheels under ~/.cache on a Mac.
+    import platformdirs.macos
+    from mpsprobe import cachedirs
+    from mpsprobe.ops.declared import history
+    for name in ("MPSPROBE_CACHE", "MPSPROBE_WHEEL_CACHE", "XDG_CACHE_HOME"):
+        monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("HOME", str(tmp_path))
-    assert envs.cache_root() == str(tmp_path / ".cache" / "mpsprobe")
+    monkeypatch.setattr(cachedirs.platformdirs, "user_cache_dir",
+                        lambda appname, appauthor=None: platformdirs.macos.MacOS(appname).user_cache_dir)
+    mac_root = str(tmp_path / "Library" / "Caches" / "mpsprobe")
+    assert envs.envs_dir() == os.path.join(mac_root, "envs")
+    assert history.default_cache() == os.path.join(mac_root, "wheels")
 
 
 PIP_OFFLINE = """\

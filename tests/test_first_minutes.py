@@ -13,7 +13,7 @@ def test_run_says_what_it_will_do_before_loading_then_summarises_with_the_time(t
     # The order a user sees: what will run, the catalogue stage, the target, the bar, the summary.
     assert lines[0].startswith("mpsprobe run: device cpu; ops add; dtypes float32; 1 sample per")
     assert str(db) in lines[0]
-    assert lines[1].startswith("loading the op catalogue")
+    assert lines[1].startswith(("loading the op catalogue", "planned from the cached op catalogue"))
     assert lines[2].startswith("target: cpu")
     summary = next(i for i, l in enumerate(lines) if l.startswith("run "))
     assert summary > 2 and re.search(r"pairs in \d+(\.\d)? s", lines[summary])
@@ -37,10 +37,12 @@ def test_the_bar_counts_cases_with_pairs_beside_it():
 def test_ops_lists_the_convolutions(run_cli):
     result = run_cli("ops", "conv")
     assert result.exit_code == 0, result.output
-    names = [l.split()[0] for l in result.output.splitlines()[1:-1]]
+    # (a first line says the catalogue is loading when no cache holds it yet)
+    names = [l.split()[0] for l in result.output.splitlines()[:-1] if not l.startswith("loading")]
     assert {"nn.functional.conv1d", "nn.functional.conv2d", "nn.functional.conv3d"} <= set(names)
     assert all("conv" in n for n in names)
-    rows = json.loads(run_cli("ops", "nn.functional.conv2d", "--json").output.split("\n", 1)[1])
+    listing = run_cli("ops", "nn.functional.conv2d", "--json").output
+    rows = json.loads(listing[listing.index("["):])
     assert rows[0]["aten_name"] == "conv2d" and "float32" in rows[0]["dtypes"]
 
 
@@ -126,7 +128,8 @@ def test_on_a_terminal_the_plan_comes_before_torch_loads_and_the_bar_is_cleared(
                            "--samples", 1, "--workers", 1, "--no-timing", "--passes", "forward"])
     assert text.count("import time:") > 100          # the imports are there to be ordered
     torch_imports = [m.start() for m in re.finditer(r"^import time:[^\n]*\|\s*torch\b", text, re.M)]
-    plan, stage = text.index("mpsprobe run: device cpu; ops add"), text.index("loading the op catalogue")
+    plan = text.index("mpsprobe run: device cpu; ops add")
+    stage = re.search("loading the op catalogue|planned from the cached op catalogue", text).start()
     target = text.index("target: cpu", stage)
     assert plan < stage < target and all(stage < t for t in torch_imports)
     bar = text.index("cases", target)
@@ -137,3 +140,13 @@ def test_on_a_terminal_the_plan_comes_before_torch_loads_and_the_bar_is_cleared(
     last_drawn = text[text.rindex("cases", 0, cleared):cleared]
     assert re.match(r"cases\s+\[#+\]\s+1/1\s+1/1 pairs  pass 1", last_drawn), last_drawn
     assert re.match(r"run \w+: 1 cases in 1 \(op, dtype\) pairs in \d+(\.\d)? s", text[cleared + len(wipe):])
+
+
+def test_the_bar_counts_cases_against_the_planned_total(tmp_path):
+    # add in float32 has four passes: 2 samples x 4 passes = 8 cases (the bar said 2).
+    text = _on_a_terminal(["run", "--db", tmp_path / "bar.db", "--device", "cpu", "--ops", "add",
+                           "--dtypes", "float32", "--samples", 2, "--workers", 1, "--no-timing"])
+    positions = [(int(a), int(b)) for a, b in re.findall(r"\] +(\d+)/(\d+)", text)]
+    assert positions, text
+    assert {total for _, total in positions} == {8}
+    assert positions[-1][0] == 8 and all(done <= total for done, total in positions)

@@ -158,3 +158,21 @@ def test_aten_ops_recorded_once_per_sample_signature_are_those_of_every_call():
             assert {f: cached[f] for f in fields} == {f: alone[f] for f in fields}, (key, sample)
         shared += sum(1 for s in opinfo.samples(op, torch.float32, 6)) - len(cache)
     assert shared > 0   # some samples did share a signature (the cache was used)
+
+
+def test_a_sweep_times_one_passing_case_per_pair_and_pass(tmp_path, run_cli, rows, fake_mps):
+    """Per-case timing is what the verdict and the speed columns need: the first case of
+    each (op, dtype) and pass that passed; none of a case that did not pass."""
+    db = tmp_path / "timed.db"
+    result = run_cli("run", "--db", db, "--backend", fake_mps, "--ops", "exp", "--dtypes", "float16,float32",
+                     "--samples", 3, "--workers", 1, "--passes", "forward,backward,out")
+    assert result.exit_code == 0, result.output
+    found = rows(db, "SELECT dtype, pass, status, target_ms, ref_ms, case_id FROM results ORDER BY case_id")
+    assert any(r["status"] != PASS for r in found)   # the fake backend's exp is wrong in float16
+    for dtype in ("float16", "float32"):
+        for pass_ in ("forward", "backward", "out"):
+            cases = [r for r in found if r["dtype"] == dtype and r["pass"] == pass_]
+            assert len(cases) == 3
+            timed = [r for r in cases if r["target_ms"] is not None]
+            first_pass = next(r for r in cases if r["status"] == PASS)
+            assert timed == [first_pass] and first_pass["ref_ms"] > 0

@@ -259,13 +259,15 @@ def test_is_oom():
 
 # ------------------------------------------------------------------ crossover
 
-def rows_of(speedups, target="cuda", op="add", pass_=FORWARD, batches=False):
+def rows_of(speedups, target="cuda", op="add", pass_=FORWARD, batches=False, noise=0.0):
+    """Ladder rows with these speedups, each with an interval of +-`noise` around it."""
     out = []
     for i, s in enumerate(speedups):
         size = 100 * 10 ** i
         out.append(LadderRow(op, "elementwise", "float32", pass_, f"{size}", f"{size}", size,
                              2 ** i if batches else None, target, 16, cpu_ms=s, target_ms=1.0,
-                             speedup=s if s is not None else None))
+                             speedup=s, speedup_lo=None if s is None else s - noise,
+                             speedup_hi=None if s is None else s + noise))
     return out
 
 
@@ -286,6 +288,34 @@ def test_crossover_ignores_noise_below_it_and_unmeasured_rungs():
     # A margin keeps a speedup of 1.05 from counting as a win.
     assert crossover(rows_of([0.5, 1.05, 2.0]), margin=0.1) == 10 ** 4
     assert crossover(rows_of([0.5, 1.05, 2.0])) == 1000
+
+
+def test_a_rung_wins_only_where_its_interval_excludes_one():
+    # A median speedup of 1.3 whose interval reaches below 1 is noise, not a win.
+    assert crossover(rows_of([0.5, 1.3, 2.0, 3.0], noise=0.4)) == 10 ** 4
+    assert crossover(rows_of([1.3, 1.2], noise=0.4)) is None
+    unsure = rows_of([2.0, 3.0])
+    for r in unsure:   # too few repetitions for an interval: nothing to claim
+        r.speedup_lo = r.speedup_hi = None
+    assert crossover(unsure) is None
+
+
+def test_the_median_interval_holds_its_confidence_from_order_statistics():
+    from mpsprobe.engine.ladder import median_interval
+    assert median_interval(list(range(1, 11))) == (2, 9)        # 10 reps: 2nd and 9th of 10
+    assert median_interval([5, 1, 4, 2, 3, 7, 6]) == (1, 7)     # 7 reps: the extremes
+    assert median_interval([1, 2, 3, 4, 5, 6]) == (None, None)   # 6 cannot reach 97.5%
+    lo, hi = median_interval(list(range(100)))
+    assert (lo, hi) == (38, 61)
+
+
+def test_a_timed_rung_keeps_each_side_s_interval_and_the_speedup_s():
+    rows = run_ladder(ladders.BY_NAME["add"], "cpu", passes=(FORWARD,), max_size=100, reps=10, warmup=1)
+    r = rows[0]
+    assert r.reps == r.cpu_reps == 10
+    assert r.cpu_lo <= r.cpu_ms <= r.cpu_hi and r.target_lo <= r.target_ms <= r.target_hi
+    assert r.speedup_lo == pytest.approx(r.cpu_lo / r.target_hi)
+    assert r.speedup_lo <= r.speedup <= r.speedup_hi
 
 
 def test_crossover_order_is_by_size_not_row_order():

@@ -26,6 +26,14 @@ def test_version_key_orders_versions_not_strings():
     assert version_key("not a version") is None
 
 
+def test_version_key_orders_post_releases_after_their_release():
+    # The hand-written parser stopped at "2.1.0" and sorted the post-release equal to it.
+    ordered = ["2.1.0rc2", "2.1.0", "2.1.0.post1", "2.1.0.post2+cpu", "2.1.1"]
+    assert sorted(reversed(ordered), key=version_key) == ordered
+    assert version_key("2.1.0.post1") > version_key("2.1.0")
+    assert version_key("14.4.1 (23E224)") == version_key("14.4.1")   # leading numbers still read
+
+
 def test_v1_database_is_migrated_with_its_data(tmp_path, history_runs, rows, run_cli, v1_db):
     path = v1_db(tmp_path / "v1.db", history_runs)
     assert schema.inspect(path) == 1

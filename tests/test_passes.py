@@ -246,7 +246,7 @@ def test_ties_leave_a_gradient_unjudged_only_where_they_decide_it():
         assert unique or result["reason_kind"] == "no_unique_answer", result
 
 
-def test_a_backward_kernel_that_falls_back_is_named_and_timed(tmp_path, fake_mps, rows, run_cli):
+def test_a_backward_kernel_that_falls_back_is_named_and_not_timed(tmp_path, fake_mps, rows, run_cli):
     db = tmp_path / "fb.db"
     result = run_cli("run", "--db", db, "--backend", fake_mps, "--ops", "nn.functional.softplus",
                      "--dtypes", "float32", "--samples", 2, "--passes", "backward", "--mps-fallback",
@@ -255,7 +255,8 @@ def test_a_backward_kernel_that_falls_back_is_named_and_timed(tmp_path, fake_mps
     found = _cases(rows, db, "nn.functional.softplus", BACKWARD)
     assert found and all(r["status"] == "fallback" for r in found), found
     assert all(json.loads(r["fallback_ops"]) == ["aten::softplus_backward"] for r in found)
-    assert all(r["ref_ms"] > 0 and r["target_ms"] > 0 for r in found)  # the backward alone, timed
+    # A fallback's time is the CPU's, not the kernel's: only a passing case is timed.
+    assert all(r["ref_ms"] is None and r["target_ms"] is None for r in found)
 
 
 # --- gradients of random samples -------------------------------------------------------

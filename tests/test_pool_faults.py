@@ -187,7 +187,7 @@ def test_a_parent_held_up_past_the_timeout_does_not_time_out_a_worker_that_repli
     with pool:
         pool.start()
         for worker in pool.workers:   # both ready (torch and the catalogue loaded) before any pair
-            worker.send({"cmd": "describe"})
+            worker.send({"cmd": "plan", "ops": ["exp"], "dtypes": ["float32"]})
             replies = []
             while not replies and select_one(worker.proc.stdout, 180):
                 replies = list(worker.messages(os.read(worker.proc.stdout.fileno(), 1 << 16)))

@@ -45,8 +45,10 @@ def test_cases_record_aten_ops_sample_and_timing(cpu_db, rows):
     for r in conv:
         assert "aten::convolution" in json.loads(r["aten_ops"])
         assert r["sample"].startswith("f32[")
-        assert r["ref_ms"] > 0 and r["target_ms"] > 0 and r["speedup"] > 0
         assert r["tol_atol"] == 1e-5 and r["max_abs_err"] is not None
+    # One passing case of the pair's pass is timed (the first), on both sides.
+    timed = [r for r in conv if r["target_ms"] is not None]
+    assert len(timed) == 1 and timed[0]["ref_ms"] > 0 and timed[0]["speedup"] > 0
 
 
 def test_rollup_view_takes_the_worst(cpu_db, rows):

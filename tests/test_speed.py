@@ -55,11 +55,34 @@ def test_bench_records_a_run_its_rows_and_crossovers(bench_db, rows):
     assert sorted({r["size"] for r in stored}) == [100, 300, 1000]
     assert all(r["cpu_ms"] > 0 and r["target_ms"] > 0 and r["reps"] == 3 for r in stored)
     assert all(r["cpu_threads"] == torch.get_num_threads() for r in stored)
-    cross = speed_q.crossovers(sqlite3.connect(path), run_id=out["run_id"])
+    cross = rows(path, "SELECT * FROM speed_crossovers WHERE run_id = ?", [out["run_id"]])
     assert len(cross) == 4 and all(c["rungs"] == 3 and c["largest"] == 1000 for c in cross)
-    # The CPU against itself: no crossover, by design.
-    assert all(c["crossover"] is None and c["always"] == 0 for c in cross)
+    # The CPU against itself: no target, so no crossover, and no speed claim read from it.
+    assert all(c["crossover"] is None and c["always"] == 0 and c["no_target"] == 1 for c in cross)
+    assert speed_q.crossovers(sqlite3.connect(path), run_id=out["run_id"]) == []
+    assert speed_q.speed_curve(sqlite3.connect(path), "add") == []
     assert [c["op"] for c in out["crossovers"]] == ["add", "add", "sum", "sum"]
+    # 3 repetitions cannot bound a median at 97.5%: every figure says so rather than claim.
+    assert all(r["cpu_reps"] == 3 and r["speedup_lo"] is None for r in stored)
+
+
+def test_bench_on_the_cpu_against_itself_claims_no_speedup(tmp_path, run_cli):
+    # It reported "best speedup 1.98x": the noise between two CPU timings.
+    result = run_cli("bench", "--ops", "add", "--passes", "forward", "--max-size", "1e3", "--reps", 10,
+                     "--device", "cpu", "--db", tmp_path / "s.db")
+    assert result.exit_code == 0, result.output
+    lines = [x for x in result.output.splitlines() if x.startswith("add ")]
+    assert lines and all("no target (the CPU against itself)" in x and x.rstrip().endswith("—") for x in lines)
+    assert not re.search(r"\d\.\d\dx", result.output)
+
+
+def test_a_speedup_is_claimed_only_where_its_interval_excludes_one():
+    from mpsprobe.speed import speedup_text
+    ladder = {"best_speedup": 1.3, "no_target": 0}
+    assert speedup_text(dict(ladder, best_speedup_lo=1.1, best_speedup_hi=1.5)) == "1.30x (1.10-1.50)"
+    assert speedup_text(dict(ladder, best_speedup_lo=0.9, best_speedup_hi=1.7)).startswith("no clear difference")
+    assert speedup_text(dict(ladder, best_speedup_lo=None, best_speedup_hi=None)) == "— (no interval)"
+    assert speedup_text(dict(ladder, no_target=1, best_speedup_lo=1.1, best_speedup_hi=1.5)) == "—"
 
 
 def test_bench_summary_table_and_progress(tmp_path, run_cli):
@@ -69,7 +92,7 @@ def test_bench_summary_table_and_progress(tmp_path, run_cli):
     assert "[1/1] relu" in result.output
     header, line = [x for x in result.output.splitlines() if x.startswith(("op ", "relu "))]
     assert header.split() == ["op", PASS_COLUMN, "crossover", "best", "speedup"]
-    assert line.split()[:2] == ["relu", FORWARD] and "target is the CPU" in line
+    assert line.split()[:2] == ["relu", FORWARD] and "no target" in line
     assert "recorded as run" in result.output
 
 
@@ -91,7 +114,8 @@ def test_bench_bad_input_is_one_line_and_writes_nothing(tmp_path, args, words, r
 def _ladder(target, speedups, op="matmul", pass_name=FORWARD, batch=False):
     sizes = [100, 1000, 10000, 100000]
     return [LadderRow(op, "matmul", "float32", pass_name, f"{n}", f"n={n}", n, n if batch else None, target, 8,
-                      cpu_ms=1.0, target_ms=1.0 / s, speedup=s) for n, s in zip(sizes, speedups)]
+                      cpu_ms=1.0, target_ms=1.0 / s, speedup=s, speedup_lo=s * 0.95, speedup_hi=s * 1.05)
+            for n, s in zip(sizes, speedups)]
 
 
 def test_crossover_is_stored_and_read_back(tmp_path):
@@ -201,8 +225,27 @@ def _get(path, *pages):
     return asyncio.run(fetch())
 
 
-def test_site_op_page_speed_page_and_slowest_query(bench_db):
+@pytest.fixture(scope="module")
+def target_bench_db(bench_db, tmp_path_factory):
+    """bench_db with its runs standing for a GPU's (a CPU target is kept out of the pages)."""
+    import shutil
+    path = tmp_path_factory.mktemp("target") / "speed.db"
+    shutil.copy(bench_db[0], path)
+    with sqlite3.connect(path) as conn:
+        conn.execute("UPDATE runs SET device = 'cuda:0'")
+    conn.close()
+    return (str(path), *bench_db[1:])
+
+
+def test_a_cpu_target_s_ladders_stay_off_the_pages(bench_db):
     path, _, _ = bench_db
+    op, speed = _get(path, "/-/op/add", "/-/speed.json")
+    assert "<svg" not in op.text   # (the op has no other result here: its page is not found)
+    assert speed.json()["crossovers"] == []
+
+
+def test_site_op_page_speed_page_and_slowest_query(target_bench_db):
+    path, _, _ = target_bench_db
     name = Path(path).stem
     op, ladder_only, speed_page, claims, slowest = _get(
         path, "/-/op/add", "/-/op/sum", "/-/speed", "/-/claims", f"/{name}/slowest_vs_cpu?device=")
@@ -217,8 +260,8 @@ def test_site_op_page_speed_page_and_slowest_query(bench_db):
     assert slowest.status_code == 200 and "Op ladders (mpsprobe bench)" in slowest.text
 
 
-def test_speed_and_claims_pages_have_json(bench_db, rows):
-    path, _, _ = bench_db
+def test_speed_and_claims_pages_have_json(target_bench_db, rows):
+    path, _, _ = target_bench_db
     speed, claims = (r.json() for r in _get(path, "/-/speed.json", "/-/claims.json"))
     shown = {(c["op"], c["dtype"], c["pass_name"]) for run in speed["crossovers"] for c in run["rows"]}
     assert shown == {(r["op"], r["dtype"], r["pass_name"])

@@ -33,9 +33,15 @@ def has_ladders(conn):
         "SELECT 1 FROM speed_crossovers WHERE rungs > 0 LIMIT 1").fetchone() is not None
 
 
+# A ladder timed with the CPU as its target has no target: it stays out of every
+# speed claim and chart (it would show the noise between two CPU timings as a speedup).
+HAS_TARGET = "r.device NOT LIKE 'cpu%'"
+
+
 def speed_curve(conn, op, dtype=None, pass_name=None, run_id=None):
     """The ladder rows of `op`, smallest rung first, per run (newest run first), with the
-    run's facts and the ladder's crossover (crossover, always, by)."""
+    run's facts and the ladder's crossover (crossover, always, by); runs whose target
+    is the CPU are left out."""
     if not has_speed(conn):
         return []
     return rows(conn, f"""
@@ -44,21 +50,21 @@ FROM speed s JOIN runs r ON r.id = s.run_id
 LEFT JOIN speed_crossovers c ON c.run_id = s.run_id AND c.op = s.op AND c.dtype = s.dtype
   AND c.pass_name = s.pass_name
 WHERE s.op = ? AND (? IS NULL OR s.dtype = ?) AND (? IS NULL OR s.pass_name = ?)
-  AND (? IS NULL OR s.run_id = ?)
+  AND (? IS NULL OR s.run_id = ?) AND {HAS_TARGET}
 ORDER BY r.started DESC, s.run_id, s.dtype, s.pass_name, s.size, s.batch""",
                 [op, dtype, dtype, pass_name, pass_name, run_id, run_id])
 
 
 def crossovers(conn, run_id=None, op=None):
     """speed_crossovers rows (of one run, or every run, newest first) with the run's facts
-    and the CPU threads it timed with."""
+    and the CPU threads it timed with; runs whose target is the CPU are left out."""
     if not has_speed(conn):
         return []
     return rows(conn, f"""
 SELECT c.*, t.cpu_threads, {RUN_FIELDS} FROM speed_crossovers c JOIN runs r ON r.id = c.run_id
 LEFT JOIN (SELECT run_id, max(cpu_threads) AS cpu_threads FROM speed GROUP BY run_id) t
   ON t.run_id = c.run_id
-WHERE (? IS NULL OR c.run_id = ?) AND (? IS NULL OR c.op = ?)
+WHERE (? IS NULL OR c.run_id = ?) AND (? IS NULL OR c.op = ?) AND {HAS_TARGET}
 ORDER BY r.started DESC, c.run_id, c.family, c.op, c.dtype, c.pass_name""",
                 [run_id, run_id, op, op])
 

@@ -40,11 +40,11 @@ class DownloadError(MpsprobeError):
 
 
 def default_cache():
-    """$MPSPROBE_WHEEL_CACHE, else the user cache folder (~/.cache/mpsprobe/wheels)."""
+    """$MPSPROBE_WHEEL_CACHE, else the wheels folder of mpsprobe's cache (cachedirs)."""
     if os.environ.get(CACHE_ENV):
         return os.environ[CACHE_ENV]
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "mpsprobe", "wheels")
+    from mpsprobe import cachedirs
+    return cachedirs.folder("wheels")
 
 
 def _item(text, spec):

@@ -20,7 +20,8 @@ def ops(pattern, db_path, run_id, as_json):
     MPS, from the best evidence: the database's MPS run (bare metal, then a
     virtual machine, then a test backend, labelled), else what PyTorch declares
     for MPS in the installed torch's release; a CPU or CUDA run never answers.
-    The names are what `run --ops` takes.
+    The names are what `run --ops` takes. The catalogue is read from OpInfo
+    once per torch build and cached.
 
     \b
     Examples:
@@ -30,9 +31,9 @@ def ops(pattern, db_path, run_id, as_json):
     """
     import sys
     import mpsprobe
-    from mpsprobe.ops import opinfo
-    click.echo("loading the op catalogue …", err=True)
-    found = opinfo.catalogue(pattern)
+    from mpsprobe.ops import catalogue
+    data = catalogue.current(say=lambda text: click.echo(text, err=True))
+    found = catalogue.search(data, pattern)
     run = statuses = None
     if run_id and not db_path:
         raise UserError("--run picks a run of a database: give --db too")
@@ -42,8 +43,7 @@ def ops(pattern, db_path, run_id, as_json):
         click.echo(output.as_json([dict(r, status=(statuses or {}).get(r["op"])) for r in found]))
         return
     if not found:
-        keys = {r["op"] for r in opinfo.catalogue()}
-        hint = opinfo.suggest(pattern, keys)
+        hint = catalogue.suggest(pattern, {r["op"] for r in data["ops"]})
         click.echo(f"no op matches {pattern!r}" + (f"; did you mean {', '.join(hint)}?" if hint else ""),
                    err=True)
         sys.exit(1)

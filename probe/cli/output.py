@@ -237,8 +237,7 @@ def envs_table(found, where):
 def bench_summary(result):
     """`bench`: op, pass, crossover and best speedup per ladder, then where and how long."""
     rows = [("op", PASS_COLUMN, "crossover", "best speedup")]
-    rows += [(op, pass_name, text, f"{best:.2f}x" if best is not None else "—")
-             for op, pass_name, text, best in result.summary()]
+    rows += result.summary()
     widths = [max(len(str(r[i])) for r in rows) for i in range(4)]
     lines = ["  ".join(str(v).ljust(w) for v, w in zip(r, widths)).rstrip() for r in rows]
     env = result.env

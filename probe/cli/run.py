@@ -66,26 +66,29 @@ def run(db_path, device, ops, dtypes, samples, timing, workers, timeout, mps_fal
     # The first line names the target and what will run, before any heavy import.
     click.echo(output.plan_line(device, ops, dtypes, samples, db_path, shard, torch_spec,
                                 backend), err=True)
-    click.echo("loading the op catalogue (torch and its OpInfo database) …", err=True)
     import mpsprobe
     counts = dict.fromkeys(STATUSES, 0)
     began = time.monotonic()
     bar = started = None
-    progress = {"pairs": 0, "total_pairs": 0, "cases": 0, "expected": {}}
+    progress = {"pairs": 0, "total_pairs": 0, "cases": 0}
+    left = {}   # (op, dtype) -> cases the bar still expects from that pair
 
     def on_start(run, todo):
         nonlocal bar, started
+        from mpsprobe.ops.catalogue import planned_cases
         started = run
         click.echo(output.target(run.env), err=True)
         if run.resumed:
             click.echo(f"resuming run {run.id}: {run.pairs - len(todo)} of {run.pairs} "
                        "(op, dtype) pairs already done", err=True)
-        # One unit on the bar, cases: each pair is expected to give `samples`
-        # cases, and the bar is set right when a pair gives fewer.
+        # The bar counts cases against the plan: `samples` per pass each pair has, less
+        # those recorded before; a pair that gives fewer (fewer samples) is set right at its end.
+        for pair in todo:
+            left[pair["op"], pair["dtype"]] = max(0, planned_cases(pair, samples) - len(pair["done"]))
         progress["total_pairs"] = len(todo)
         if not sys.stderr.isatty():
             return    # a log, not a terminal: a line now and then (on_pair), no bar
-        bar = click.progressbar(length=len(todo) * samples, label="cases", file=sys.stderr,
+        bar = click.progressbar(length=sum(left.values()), label="cases", file=sys.stderr,
                                 show_pos=True, show_eta=True,
                                 item_show_func=lambda _: output.bar_line(progress, counts))
         bar.__enter__()
@@ -93,19 +96,23 @@ def run(db_path, device, ops, dtypes, samples, timing, workers, timeout, mps_fal
     def on_case(pair, index, result):
         counts[result["status"]] += 1
         progress["cases"] += 1
-        if bar is not None:
-            bar.update(1)
+        key = pair["op"], pair["dtype"]
+        if left.get(key, 0) > 0:   # a case beyond the plan (a crash charged apart) moves no bar
+            left[key] -= 1
+            if bar is not None:
+                bar.update(1)
 
     last_line = time.monotonic()
 
     def on_pair(pair, n):
         nonlocal last_line
         progress["pairs"] += 1
+        short = left.pop((pair["op"], pair["dtype"]), 0)
         if bar is not None:
-            # Set the bar right when the pair gave fewer cases than expected; else
+            # Set the bar right when the pair gave fewer cases than planned; else
             # redraw it, so the pairs beside it count this one.
-            if n < samples:
-                bar.update(samples - n)
+            if short:
+                bar.update(short)
             else:
                 bar.render_progress()
         elif time.monotonic() - last_line >= LOG_EVERY_S or progress["pairs"] == progress["total_pairs"]:

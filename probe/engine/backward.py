@@ -28,7 +28,7 @@ from . import ambiguity, classify, distributions, judge, precision
 from .aten import recorded_once
 from .execute import (OUT_OF_MEMORY, _call, _call_on_target, _moved, _out_of_memory, _result, fallbacks,
                       filed_fallback, refusal)
-from .timing import median_ms
+from .timing import median_ms, wanted as timing_wanted
 from .verdict import compare
 
 _kinds = dict(zip(REASON_KINDS, REASON_KINDS))
@@ -187,7 +187,7 @@ def run_backward_case(op, dtype, sample, target, op_key, timing=True, aten_cache
         cpu_outputs = _picked(cpu_out, positions)
         grad_outputs = _seeded_grad_outputs(cpu_outputs, zlib.crc32(f"{op_key}|{dtype}|{summary}".encode()))
         cpu_inputs = _grad_inputs(cpu_args)
-        cpu_grads = _gradients(cpu_outputs, cpu_inputs, grad_outputs, retain=timing)
+        cpu_grads = _gradients(cpu_outputs, cpu_inputs, grad_outputs, retain=bool(timing))
     except Exception as e:
         return done(SKIP, "the CPU reference's backward raised: no ground truth", REFERENCE_FAILED,
                     check_kind="none", error_type=type(e).__name__, message=classify.first_line(e))
@@ -240,7 +240,7 @@ def run_backward_case(op, dtype, sample, target, op_key, timing=True, aten_cache
                     with target.context():
                         moved = sample_tools.to_device(grad_outputs, target.torch_device)
                         target_inputs = _grad_inputs(target_args)
-                        target_grads = _gradients(target_outputs, target_inputs, moved, retain=timing)
+                        target_grads = _gradients(target_outputs, target_inputs, moved, retain=bool(timing))
                         target.synchronize()
                 except Exception as e:
                     if attempt == 2 or not _out_of_memory(e):
@@ -287,7 +287,7 @@ def run_backward_case(op, dtype, sample, target, op_key, timing=True, aten_cache
     fields["notes"] = notes or None
     if verdict.precision_mode:
         fields["precision_mode"] = verdict.precision_mode
-    if timing:
+    if timing_wanted(timing, status):
         fields.update(_time(cpu_outputs, cpu_inputs, grad_outputs, target_outputs, target_inputs, moved, target))
     return done(status, reason.replace("output", "gradient", 1) if reason.startswith("output") else reason,
                 kind, **fields)

@@ -40,6 +40,7 @@ import fnmatch
 import functools
 import inspect
 import math
+import statistics
 from dataclasses import dataclass
 from typing import Callable, NamedTuple
 
@@ -177,8 +178,10 @@ def _bisect(f, lo, hi, iters=200):
 
 @functools.lru_cache(maxsize=64)
 def _normal_quantile(alpha):
-    """z with P(|Z| > z) = alpha for a standard normal Z."""
-    return _bisect(lambda z: alpha - math.erfc(z / math.sqrt(2)), 0.0, 40.0)
+    """z with P(|Z| > z) = alpha for a standard normal Z; alpha in (0, 1]."""
+    if not 0 < alpha <= 1:   # a bound for a test that may never (or always) reject is a bug
+        raise ValueError(f"a false-alarm rate must be in (0, 1], not {alpha}")
+    return -statistics.NormalDist().inv_cdf(alpha / 2)
 
 
 def _normal_mean(z, slack, alpha):

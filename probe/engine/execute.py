@@ -12,7 +12,7 @@ from . import classify, judge, rulebook
 from .aten import recorded_once
 from .judge import REFERENCE_FAILED
 from .verdict import compare
-from .timing import median_ms
+from .timing import median_ms, wanted as timing_wanted
 from .witness import witness
 
 OUT_OF_MEMORY = "out_of_memory"
@@ -299,7 +299,7 @@ def run_case(op, dtype, sample, target, nondeterministic=False, timing=True, unc
         notes["verdict"] = judged
 
     memory = target.memory()
-    if timing:
+    if timing_wanted(timing, status):
         fields.update(_time(op, cpu_args, target_args, target))
         memory = _peak(memory, target.memory())
     notes.update(memory)

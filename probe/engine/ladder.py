@@ -15,7 +15,9 @@ the target:
 * one call to size the output, `warmup` more, then `reps` (≥ 10 by default)
   synchronised repetitions, timed by device events where the device has them
   (`torch.cuda.Event`, `torch.mps.Event`), else by the wall clock around a
-  synchronised call; the row keeps the median and the interquartile range;
+  synchronised call; the row keeps each side's repetitions, median,
+  interquartile range and an interval for the median (median_interval), and
+  the speedup's interval from those;
 * achieved GB/s from the bytes a call must move (forward: every input read,
   the output written, unless the record says otherwise; backward: the
   incoming gradient read, each new gradient written) and GFLOP/s where the
@@ -29,9 +31,11 @@ when the op's budget would be spent by the next rung (projected from the last
 rung's medians scaled by size), or when a side runs out of memory (every pass
 stops: larger rungs need more). Another error stops that pass only.
 
-The crossover is read from the rows afterwards: `crossover(rows)`.
+The crossover is read from the rows afterwards: `crossover(rows)`, counting a
+rung as a win only where the speedup's interval excludes 1.
 """
 import gc
+import math
 import statistics
 import time
 from dataclasses import dataclass
@@ -74,9 +78,16 @@ class LadderRow:
     gbps: Optional[float] = None
     gflops: Optional[float] = None
     peak_bytes: Optional[int] = None
-    reps: int = 0
+    reps: int = 0       # the target's timed repetitions
     note: str = ""
     reason: Optional[str] = None
+    cpu_reps: int = 0
+    cpu_lo: Optional[float] = None      # each median's interval (median_interval)
+    cpu_hi: Optional[float] = None
+    target_lo: Optional[float] = None
+    target_hi: Optional[float] = None
+    speedup_lo: Optional[float] = None  # cpu_lo / target_hi .. cpu_hi / target_lo
+    speedup_hi: Optional[float] = None
 
 
 # ------------------------------------------------------------------ timing
@@ -113,6 +124,29 @@ class EventTimer:
         return start.elapsed_time(end)
 
 
+# Each side's median gets a distribution-free interval at this confidence; a speedup's
+# interval spans the ratios of the two, so it holds at >= 95% (Bonferroni).
+SIDE_CONFIDENCE = 0.975
+
+
+def median_interval(times_ms, confidence=SIDE_CONFIDENCE):
+    """(lo, hi): an interval holding the median with at least `confidence`, from order
+    statistics alone (binomial ranks, no assumption on the times' distribution);
+    (None, None) when there are too few times for one (fewer than 7 at 0.975)."""
+    n = len(times_ms)
+    ordered = sorted(times_ms)
+    # The largest k with P(Binomial(n, 1/2) < k) <= (1 - confidence) / 2: [x_k, x_(n+1-k)].
+    tail, k, below = (1 - confidence) / 2, 0, 0.0
+    while k < n // 2:
+        below += math.comb(n, k) / 2 ** n
+        if below > tail:
+            break
+        k += 1
+    if k == 0:
+        return None, None
+    return ordered[k - 1], ordered[n - k]
+
+
 def summarize(times_ms):
     """(median, interquartile range) of a list of times; (None, None) if empty."""
     if not times_ms:
@@ -136,6 +170,10 @@ class Measurement:
     @property
     def spread(self):
         return summarize(self.times)[1]
+
+    @property
+    def interval(self):
+        return median_interval(self.times)
 
 
 def measure(call, timer, *, reps=10, warmup=2, budget_s=2.0, setup=None):
@@ -396,8 +434,16 @@ def _row_from(row, record, rung, pass_, c, t, reps):
                   peak_bytes=t.peak if not t.error else None, note="; ".join(notes),
                   reason=OUT_OF_MEMORY if (c.oom or t.oom) else None,
                   reps=len(t.measurement.times) if t.measurement else 0)
+    if c.measurement:
+        fields["cpu_reps"] = len(c.measurement.times)
+        fields["cpu_lo"], fields["cpu_hi"] = c.measurement.interval
+    if t.measurement:
+        fields["target_lo"], fields["target_hi"] = t.measurement.interval
     if cpu_ms and tgt_ms:
         fields["speedup"] = cpu_ms / tgt_ms
+    if fields.get("cpu_lo") and fields.get("target_lo"):
+        fields["speedup_lo"] = fields["cpu_lo"] / fields["target_hi"]
+        fields["speedup_hi"] = fields["cpu_hi"] / fields["target_lo"]
     if tgt_ms:
         fields["gbps"] = t.moved / tgt_ms / 1e6 if t.moved else None
         flops = rung.flops
@@ -427,8 +473,9 @@ def crossover(rows, by="size", margin=0.0):
     times are left out. Returns the crossover rung's `by` field ("size",
     "batch" or "rung"), ALWAYS when the target wins from the first measured
     rung, None when it does not win at the largest one (or nothing was
-    measured, or the target is the CPU). `margin` asks for a speedup above
-    1 + margin, so noise around 1 does not count as a win.
+    measured, or the target is the CPU). A rung is a win only when its speedup's
+    interval lies above 1 (+ `margin`): noise around 1 is no win, and a rung
+    without an interval (too few repetitions) proves nothing.
     """
     measured = [r for r in rows if r.speedup is not None]
     if len({(r.op, r.dtype, r.pass_name) for r in measured}) > 1:
@@ -437,11 +484,16 @@ def crossover(rows, by="size", margin=0.0):
         return None
     measured.sort(key=lambda r: (r.size, r.batch or 0))
     k = len(measured)
-    while k > 0 and measured[k - 1].speedup > 1.0 + margin:
+    while k > 0 and wins(measured[k - 1], margin):
         k -= 1
     if k == len(measured):
         return None
     return ALWAYS if k == 0 else getattr(measured[k], by)
+
+
+def wins(row, margin=0.0):
+    """Whether the target beats the CPU at this row: its speedup's interval lies above 1 + margin."""
+    return row.speedup_lo is not None and row.speedup_lo > 1.0 + margin
 
 
 def crossovers(rows, by="size", margin=0.0):
@@ -470,6 +522,9 @@ def crossover_summary(rows, margin=0.0):
     return {"op": first.op, "dtype": first.dtype, "pass_name": first.pass_name, "family": first.family,
             "by": by, "crossover": None if point in (None, ALWAYS) else point,
             "always": int(point == ALWAYS), "best_speedup": best.speedup if best else None,
+            "best_speedup_lo": best.speedup_lo if best else None,
+            "best_speedup_hi": best.speedup_hi if best else None,
+            "no_target": int(first.target.split(":")[0] == "cpu"),
             "best_at": getattr(best, by) if best else None,
             "largest": max((getattr(r, by) for r in measured), default=None), "rungs": len(measured)}
 

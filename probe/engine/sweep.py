@@ -12,6 +12,7 @@ import mpsprobe
 from mpsprobe.db import schema
 from mpsprobe.db.writer import RunWriter
 from . import environment
+from mpsprobe.ops import catalogue
 from .launch import worker_command
 from .plan import PlanError, SweepOptions, in_shard, parse_shard, run_key  # noqa: F401
 from .pool import Pool, WorkerError
@@ -91,8 +92,9 @@ def default_workers(device, cpu_count):
 class Sweep:
     """Prepare (validate everything, write nothing), then open the run, then run it."""
 
-    def __init__(self, options):
+    def __init__(self, options, say=None):
         self.options = options
+        self.say = say or (lambda text: None)
         size = options.workers or os.cpu_count() or 1
         self.config = {"device": options.device, "backend": options.backend,
                        "samples": options.samples, "timing": options.timing,
@@ -136,24 +138,43 @@ class Sweep:
             raise
         _check_writable(options.db_path)
         schema.inspect(options.db_path, migratable=True)
+        # Names are checked against the cached catalogue, before any worker starts.
+        build = catalogue.torch_build(options.python)
+        cached = catalogue.load(build)
+        try:
+            planned = cached and catalogue.pairs(cached, options.ops, options.dtypes, options.passes)
+        except catalogue.CatalogueError as e:
+            self.pool.close()
+            raise SweepError(str(e)) from None
+        if cached and not planned:
+            self._refuse_no_pairs()
+        self.say("planned from the cached op catalogue; starting the workers (torch) …" if cached else
+                 "loading the op catalogue (torch and its OpInfo database) …")
         try:
             if self._size_is_known():
                 self.pool.start()   # all at once: each imports torch and the catalogue meanwhile
             self.env = self.pool.request({"cmd": "describe"})["env"]
             self._fit_pool_to_device()
             self.pool.start()
-            plan = self.pool.request({"cmd": "plan", "ops": options.ops, "dtypes": options.dtypes})
+            if not cached:
+                plan = self.pool.request({"cmd": "plan", "ops": options.ops, "dtypes": options.dtypes,
+                                          "passes": list(options.passes)})
+                planned = plan["pairs"]
+                catalogue.save(build, plan["catalogue"])
         except WorkerError as e:
             self.pool.close()
             raise SweepError(str(e)) from None
-        if not plan["pairs"]:
-            self.pool.close()
-            raise SweepError(f"no (op, dtype) pair to probe: no op selected by --ops "
-                             f"{','.join(options.ops) or '(all)'} supports --dtypes "
-                             f"{','.join(options.dtypes)} on the CPU")
-        self.pairs = [p for p in plan["pairs"] if in_shard(p, options.shard)
+        if not planned:
+            self._refuse_no_pairs()
+        self.pairs = [p for p in planned if in_shard(p, options.shard)
                       and (select is None or select(p))]
         return self.env, self.pairs
+
+    def _refuse_no_pairs(self):
+        self.pool.close()
+        raise SweepError(f"no (op, dtype) pair to probe: no op selected by --ops "
+                         f"{','.join(self.options.ops) or '(all)'} supports --dtypes "
+                         f"{','.join(self.options.dtypes)} on the CPU")
 
     def open(self):
         """Open the DB and start or resume the run; returns the pairs still to do."""

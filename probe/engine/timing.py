@@ -2,6 +2,18 @@
 import statistics
 import time
 
+from mpsprobe.vocabulary import PASS
+
+# A case's `timing`: False, True (time it), or PASSING: time it only if it passed (a
+# failed or fallen-back case's time says nothing about the op's kernel). A sweep times
+# one passing case per (op, dtype) and pass; real-size speed is `bench`'s.
+PASSING = "passing"
+
+
+def wanted(timing, status):
+    """Whether a case judged `status` is timed under `timing`."""
+    return bool(timing) and (timing != PASSING or status == PASS)
+
 
 def median_ms(fn, synchronize, max_reps=5, budget_s=0.05):
     """Median wall time of `fn` in milliseconds.

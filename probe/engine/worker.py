@@ -19,7 +19,8 @@ anything that can fail runs.
 
 Requests (stdin, one JSON object a line):
   {"cmd": "describe"}                      -> {"type": "describe", "env": {...}}
-  {"cmd": "plan", "ops": [...], "dtypes": [...]} -> {"type": "plan", "pairs": [...]}
+  {"cmd": "plan", "ops": [...], "dtypes": [...], "passes": [...]}
+      -> {"type": "plan", "pairs": [...], "catalogue": {...}} (ops/catalogue.py's data)
   {"cmd": "pair", "op": ..., "dtype": ..., "passes": [...], "done": [case keys already recorded],
    "health_check": true after a hung case was killed (optional),
    "skip_passes": [passes whose sample generation killed a worker, charged already] (optional)}
@@ -37,6 +38,7 @@ Any request can instead answer {"type": "fatal", "message": "..."}.
 import contextlib
 import json
 import os
+import select
 import stat
 import sys
 import threading
@@ -62,8 +64,8 @@ class CaseStdio:
     """The worker's own channels, kept apart from fds 0, 1 and 2, which each case gets anew."""
 
     def __init__(self):
-        # os.dup: not inherited by what an op starts.
-        self.requests = os.fdopen(os.dup(0), "r")
+        # os.dup: not inherited by what an op starts. Requests are read unbuffered (_Requests).
+        self.requests = os.dup(0)
         self.replies = os.fdopen(os.dup(1), "w")
         self._log = os.dup(2)
         self._null = os.open(os.devnull, os.O_RDONLY)
@@ -106,8 +108,6 @@ class Worker:
         self.groups = groups
         self._aten_cache = {}  # pass -> {(op, dtype, sample signature): the aten ops it dispatches}
         self.modes = self._precision(config.get("strict_precision", False))
-        if config.get("catalogue"):   # a sweep's worker needs it for every pair: load it before the first
-            self._opinfos = self._load_catalogue()
 
     def _precision(self, strict):
         """The target's precision settings, switched off for the worker's life when strict."""
@@ -136,6 +136,12 @@ class Worker:
         if not killed:
             return result
         return dict(result, notes=dict(result.get("notes") or {}, killed_after_case=killed))
+
+    def preload(self):
+        """A sweep's worker needs the catalogue for every pair: it loads it when idle,
+        after any request already waiting (describe answers before OpInfo's import)."""
+        if self._opinfos is None:
+            self._opinfos = self._load_catalogue()
 
     @property
     def opinfos(self):
@@ -190,9 +196,11 @@ class Worker:
         self.send({"type": "describe", "env": env})
 
     def plan(self, request):
-        from mpsprobe.ops import opinfo
-        pairs = opinfo.list_pairs(request.get("ops"), request.get("dtypes"), self.opinfos)
-        self.send({"type": "plan", "pairs": pairs})
+        """The pairs, and the catalogue they come from (for the parent to cache)."""
+        from mpsprobe.ops import catalogue, opinfo
+        data = opinfo.describe(self.opinfos)
+        pairs = catalogue.pairs(data, request.get("ops"), request.get("dtypes"), request.get("passes"))
+        self.send({"type": "plan", "pairs": pairs, "catalogue": data})
 
     def pair(self, request):
         """Every case of one (op, dtype): each pass asked for, each sample."""
@@ -218,6 +226,7 @@ class Worker:
         from .execute import run_case
         from .judge import REFERENCE_FAILED
         from .plan import case_key
+        from .timing import PASSING
         from .variants import out_form, run_variant_case
         # Announced, with the last pass's held result, before sample generation runs.
         self._hold({"type": "stage", "stage": "samples", PASS_COLUMN: pass_})
@@ -233,12 +242,14 @@ class Worker:
                        "reason_kind": REFERENCE_FAILED,
                        "error_type": type(e).__name__, "message": first_line(e)})
             return 1
-        options = dict(timing=self.config.get("timing", True), aten_cache=self._aten_cache.setdefault(pass_, {}),
-                       modes=self.modes)
+        options = dict(aten_cache=self._aten_cache.setdefault(pass_, {}), modes=self.modes)
         fn = out_form(op.op) if pass_ == OUT else opinfo.variant(op, pass_)
+        # One case of the pass is timed: the first that passes (timing.PASSING).
+        timed = not self.config.get("timing", True)
         for index, sample in enumerate(cases):
             if case_key(index, pass_) in done:
                 continue
+            options["timing"] = False if timed else PASSING
             self.send({"type": "begin", "index": index, PASS_COLUMN: pass_,
                        "sample": sample_tools.summarize(sample)})
             try:
@@ -256,6 +267,7 @@ class Worker:
                           "reason": f"mpsprobe could not judge this case: {type(e).__name__}: {first_line(e)}",
                           "error_type": type(e).__name__, "message": str(e)[:500]}
             result[PASS_COLUMN] = pass_
+            timed = timed or result.get("target_ms") is not None
             self._hold({"type": "result", "index": index, **self.killed_notes(result)})
         return len(cases)
 
@@ -309,11 +321,12 @@ class _Sender:
 
 def main(config_json):
     stdio = CaseStdio()
-    send = _Sender(stdio.replies, json.loads(stdio.requests.readline()))   # the parent's first line
+    requests = _Requests(stdio.requests)
+    send = _Sender(stdio.replies, json.loads(requests.next()))   # the parent's first line
     groups = CaseGroups()
     threading.Thread(target=_watch_parent, args=(groups,), daemon=True).start()
     try:
-        _serve(json.loads(config_json), send, groups, stdio)
+        _serve(json.loads(config_json), send, groups, stdio, requests)
     except BaseException as e:  # SystemExit, KeyboardInterrupt, a reply channel gone, ...
         try:
             send.flush()   # a result held for the next write is still a result
@@ -326,7 +339,7 @@ def main(config_json):
         os._exit(e.code if isinstance(e, SystemExit) and isinstance(e.code, int) else 1)
 
 
-def _serve(config, send, groups, stdio):
+def _serve(config, send, groups, stdio, requests):
     try:
         worker = Worker(config, send, groups, stdio)
     except Exception as e:
@@ -334,7 +347,8 @@ def _serve(config, send, groups, stdio):
         return
     profile = _Profile.from_env()
     while True:
-        line = stdio.requests.readline()   # a call, not iteration: a profile shows the wait
+        idle = worker.preload if config.get("catalogue") and worker._opinfos is None else None
+        line = requests.next(idle)   # a call, not iteration: a profile shows the wait
         if not line:
             break
         request = json.loads(line)
@@ -345,6 +359,30 @@ def _serve(config, send, groups, stdio):
                   "error_type": type(e).__name__})
         if profile:
             profile.save_now_and_then()
+
+
+class _Requests:
+    """The request lines of stdin, read unbuffered by Python (os.read), so that the
+    worker can tell when none is waiting (select) and use the time."""
+    IDLE_S = 0.2   # no request within this long: the worker is idle
+
+    def __init__(self, fd):
+        self.fd = fd
+        self.buffer = b""
+
+    def next(self, idle=None):
+        """The next line ("" at the end); `idle()` runs first if none comes within IDLE_S."""
+        if idle is not None and b"\n" not in self.buffer:
+            if not select.select([self.fd], [], [], self.IDLE_S)[0]:
+                idle()
+        while b"\n" not in self.buffer:
+            chunk = os.read(self.fd, 65536)
+            if not chunk:
+                line, self.buffer = self.buffer, b""
+                return line.decode()
+            self.buffer += chunk
+        line, _, self.buffer = self.buffer.partition(b"\n")
+        return line.decode() + "\n"
 
 
 class _Profile:

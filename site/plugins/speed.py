@@ -8,6 +8,7 @@ from datasette.utils.asgi import Response
 
 from mpsprobe.claims import CLAIMS
 from mpsprobe.db.query import speed as speed_q
+from mpsprobe.speed import speedup_text   # a speedup only where its interval excludes 1
 from mpsprobe.site.charts import CPU_COLOUR, TARGET_COLOUR, svg_chart, _label
 from mpsprobe.site.common import ask, get_database, run_label
 
@@ -17,7 +18,7 @@ def crossover_text(row, x_name="size"):
         return "target wins at every rung"
     point = row.get("crossover") if "crossover" in row else row.get("crossover_batch")
     if point is None:
-        return "target is the CPU" if str(row.get("device", "")).startswith("cpu") else "target never wins"
+        return "target is the CPU" if str(row.get("device", "")).startswith("cpu") else "target never shown faster"
     return f"target wins from {row.get('by') or x_name} {_label(point)}"
 
 
@@ -97,7 +98,7 @@ latency, not the op. <a href="{{ claims_url }}">The guides' claims, measured</a>
 <code>mpsprobe bench --device mps</code>, <code>mpsprobe check MODEL --run --batch 1,2,4,8,16,32,64</code>.</p>{% endif %}
 {% for run in crossovers %}<h2>Op ladders · {{ run.where }}</h2>
 <table class="mp-plain"><thead><tr><th>op</th><th>family</th><th>dtype</th><th>pass</th><th>crossover</th><th>best speedup</th><th>at</th><th>largest measured</th></tr></thead><tbody>
-{% for c in run.rows %}<tr><td><a href="{{ op_base }}{{ c.op|urlencode }}">{{ c.op }}</a></td><td>{{ c.family }}</td><td>{{ c.dtype }}</td><td>{{ c.pass_name }}</td><td>{{ c.text }}</td><td>{{ fmt(c.best_speedup) }}</td><td>{{ c.by }} {{ c.best_at if c.best_at is not none else '' }}</td><td>{{ c.largest if c.largest is not none else '—' }}</td></tr>
+{% for c in run.rows %}<tr><td><a href="{{ op_base }}{{ c.op|urlencode }}">{{ c.op }}</a></td><td>{{ c.family }}</td><td>{{ c.dtype }}</td><td>{{ c.pass_name }}</td><td>{{ c.text }}</td><td>{{ c.best }}</td><td>{{ c.by }} {{ c.best_at if c.best_at is not none else '' }}</td><td>{{ c.largest if c.largest is not none else '—' }}</td></tr>
 {% endfor %}</tbody></table>{% endfor %}
 {% if models %}<h2>Model batch sweeps</h2>{% set charts = models %}""" + SECTION + """{% endif %}
 {% endblock %}"""
@@ -135,7 +136,7 @@ async def _render(datasette, request, template, context, data=None):
 async def speed_page(datasette, request):
     db = get_database(datasette)
     crossovers = [{"where": _where(group[0]) + " · CPU " + threads(group[0].get('cpu_threads')),
-                   "rows": [dict(c, text=crossover_text(c)) for c in group]}
+                   "rows": [dict(c, text=crossover_text(c), best=speedup_text(c)) for c in group]}
                   for group in _groups(await ask(db, speed_q.crossovers), ("run_id",))]
     models = model_charts(await ask(db, speed_q.model_sweeps))
     return await _render(datasette, request, SPEED_PAGE, {
@@ -149,7 +150,7 @@ def claim_findings(claim, models, crossovers):
     """What the database holds for one claim: lines of text, [] when nothing yet."""
     found = [f"{c['where']}: {c['crossover']}; best {fmt(c['best'])}x" for c in models
              if c["model"] == claim.get("model") and c["mode"] == claim.get("mode")]
-    found += [f"{_where(c)}: {c['pass_name']} {crossover_text(c)}; best {fmt(c['best_speedup'])}x "
+    found += [f"{_where(c)}: {c['pass_name']} {crossover_text(c)}; best {speedup_text(c)} "
               f"at {c['by']} {c['best_at']}" for c in crossovers
               if c["op"] == claim.get("op") and c["dtype"] == claim.get("dtype", c["dtype"])]
     return found
