@@ -16,7 +16,7 @@ cd "$(dirname "$0")/.."
 rm -rf "$DIR"
 python -m pip install -q --no-deps --no-compile --target "$DIR" .
 python -m pip install -q --no-compile --target "$DIR" --python-version "$PYV" \
-    --only-binary=:all: sqlite-utils expecttest pytest
+    --only-binary=:all: sqlite-utils expecttest pytest platformdirs packaging
 if [ "${WITH_NUMPY:-0}" = 1 ]; then
     python -m pip install -q --no-compile --no-deps --target "$DIR" --python-version "$PYV" \
         --only-binary=:all: --platform manylinux2014_x86_64 numpy
