@@ -251,6 +251,7 @@ def test_a_convolutions_backward_case_allows_any_summation_order_of_its_weight_g
 
 
 @pytest.mark.parametrize("kind", ["winograd_wgrad", "wgrad_off"])
+@pytest.mark.slow
 def test_check_run_answers_a_transformed_weight_gradient_and_a_wrong_one(tmp_path, run_cli, kind):
     """The model check as on a GPU whose cuDNN picks Winograd for the weight gradient: the
     report says working, and which allowance it took; a wrong weight gradient stays ≠."""
