@@ -170,6 +170,7 @@ def test_variants_that_disagree_leave_an_unprobed_one_unknown(tmp_path):
 # ---------------------------------------------------------------- --run
 
 @pytest.mark.filterwarnings("ignore::UserWarning")    # beta APIs among the in-place ops
+@pytest.mark.slow
 def test_in_place_float64_calls_replayed_on_the_cpu_match_the_cpu():
     """Every OpInfo in-place op in float64, replayed as `check --run` replays a call:
     the reference never reads what the call wrote, so the CPU matches itself."""

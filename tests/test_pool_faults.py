@@ -67,6 +67,7 @@ worker.main('{{"device": "cpu"}}')
 """
 
 
+@pytest.mark.slow
 def test_a_worker_exits_with_a_status_naming_the_exception():
     expected = {"SystemExit(4)": 4, "KeyboardInterrupt": 1, "Escape('out')": 1}
     request = json.dumps("token") + "\n" + json.dumps({"cmd": "describe"}) + "\n"
