@@ -78,6 +78,18 @@ def fake_mps():
     return str(TESTS / "fake_mps.py")
 
 
+@pytest.fixture
+def one_cpu_thread():
+    """torch's intra-op threads pinned to one for the test, then restored. How the CPU's
+    threads split a float32 sum decides its rounding: a test that rests on the size of the
+    CPU's own error needs the same split on every machine and after any other test."""
+    import torch
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 # ---------------------------------------------------------------- probe runs
 
 @pytest.fixture(scope="session")

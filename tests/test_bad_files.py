@@ -148,6 +148,7 @@ print(asyncio.run(page()))
 """
 
 
+@pytest.mark.slow
 def test_a_finished_run_is_read_by_every_command_from_a_read_only_directory(tmp_path, run_cli):
     """What a sweep leaves is one file that read-only media can serve, merge, check and migrate."""
     folder = tmp_path / "shelf"

@@ -19,7 +19,7 @@ import pytest
 from chromium import CHROMIUM, Browser, free_port, wait_for
 
 websocket = pytest.importorskip("websocket", reason="websocket-client is not installed")
-pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed")
+pytestmark = [pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed"), pytest.mark.slow]  # a headless Chromium walks the site of three sweeps
 
 WIDTHS = (1400, 390)
 PAGES_PER_WIDTH = 36

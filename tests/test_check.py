@@ -138,6 +138,7 @@ def test_float16_casts_model_and_inputs():
 
 # ---------------------------------------------------------------- the answers
 
+@pytest.mark.slow
 def test_report_classifies_each_op(convnet_report, probe_db):
     code, data = convnet_report
     ops = by_op(data)
@@ -176,6 +177,7 @@ def test_report_classifies_each_op(convnet_report, probe_db):
             assert n > 0, op
 
 
+@pytest.mark.slow
 def test_text_report_and_fail_on(probe_db):
     result = invoke("check", MODELS / "convnet.py", "--train", "--db", probe_db)
     assert result.exit_code == 1
@@ -223,6 +225,7 @@ def test_unplaced_failures_leave_ops_unknown(tmp_path):
     assert blame.verdict(found.get(("aten::c", "float32"))) == ("unknown", None, "never probed")
 
 
+@pytest.mark.slow
 def test_run_selection(probe_db):
     conn = sqlite3.connect(probe_db)
     assert runs.pick_run(conn)["device"] == "fake-mps"
@@ -239,6 +242,7 @@ def test_run_selection(probe_db):
     assert f"no measured MPS run in {probe_db}" in result.output
 
 
+@pytest.mark.slow
 def test_export_round_trip(probe_db, tmp_path):
     exported = tmp_path / "ops.json"
     first = invoke("check", MODELS / "convnet.py", "--train", "--db", probe_db, "--json",
@@ -280,6 +284,7 @@ def test_run_replays_model_calls_and_records_them(tmp_path):
     assert status == {"aten::relu": "fallback", "aten::max_pool2d_with_indices_backward": "unsupported"}
 
 
+@pytest.mark.slow
 def test_run_reports_the_whole_step_as_the_models_speed(tmp_path, monkeypatch):
     """The speed line is one whole step timed (synchronised, warmed up, median of several),
     not the replayed calls' sum; the calls stay as its breakdown, and the report says which.
@@ -337,6 +342,7 @@ def erfinv_model(folder):
     return model
 
 
+@pytest.mark.slow
 def test_run_survives_a_call_that_aborts_the_process(tmp_path):
     """--run replays in the sweep's isolated workers: an abort costs one call (crash)."""
     model = erfinv_model(tmp_path)
@@ -357,6 +363,7 @@ def test_run_survives_a_call_that_aborts_the_process(tmp_path):
     assert run == ("complete", "model")
 
 
+@pytest.mark.slow
 def test_run_survives_a_call_that_hangs(tmp_path, monkeypatch):
     """A replayed call that hangs costs that call (timeout), as in a sweep; the calls
     after it are answered by a fresh worker."""
@@ -384,6 +391,7 @@ def test_run_survives_a_call_that_hangs(tmp_path, monkeypatch):
     ("import torch\ndef build():\n    return torch.nn.Linear(3, 2), torch.randn(4, 5)\n",
      "the model raised during its forward pass on the CPU: RuntimeError"),
 ])
+@pytest.mark.slow
 def test_bad_model_files(probe_db, tmp_path, source, message):
     model = tmp_path / "bad.py"
     model.write_text(source)
@@ -392,6 +400,7 @@ def test_bad_model_files(probe_db, tmp_path, source, message):
     assert message in result.output and len(result.output.strip().splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_bad_sources_and_databases(probe_db, tmp_path):
     result = invoke("check", "torchvision:resnet5000", "--input", "1,3,32,32", "--db", probe_db)
     assert result.exit_code == 2
@@ -411,6 +420,7 @@ def test_bad_sources_and_databases(probe_db, tmp_path):
 
 # ---------------------------------------------------------------- the site page
 
+@pytest.mark.slow
 def test_site_check_ops_page(probe_db):
     from datasette.app import Datasette
 

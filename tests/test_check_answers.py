@@ -61,6 +61,7 @@ def checked(probe_db, run_cli):
 
 # ---------------------------------------------------------------- blame by the op dispatched
 
+@pytest.mark.slow
 def test_cases_refused_at_transfer_record_the_ops_the_cpu_dispatched(probe_db, rows):
     refused = rows(probe_db, "SELECT op_id, aten_ops, reason FROM results WHERE dtype = 'float64'")
     assert refused and all(r["reason"].startswith("inputs cannot be moved") for r in refused)
@@ -71,6 +72,7 @@ def test_cases_refused_at_transfer_record_the_ops_the_cpu_dispatched(probe_db, r
     assert "aten::_fft_r2c" in names["fft.rfft2"]
 
 
+@pytest.mark.slow
 def test_a_float64_buffer_is_refused_under_the_names_the_model_dispatches(checked):
     code, data = checked["volume_fft.py"]
     found = answers(data)
@@ -95,6 +97,7 @@ def test_a_conversion_is_filed_under_the_dtype_it_makes():
 # ---------------------------------------------------------------- the variant the model runs
 
 @pytest.mark.parametrize("name", ["resnet_like.py", "vit_block.py"])
+@pytest.mark.slow
 def test_2d_convolutions_are_not_blamed_for_a_5d_failure(checked, name):
     code, data = checked[name]
     conv = answers(data)["aten::convolution", "float32"]
@@ -104,12 +107,14 @@ def test_2d_convolutions_are_not_blamed_for_a_5d_failure(checked, name):
     assert (code, data["counts"]["unsupported"]) == (3, 0) and data["counts"]["unknown"]
 
 
+@pytest.mark.slow
 def test_the_5d_convolution_is_blamed_with_its_macos_version(checked):
     conv = answers(checked["volume_fft.py"][1])["aten::convolution", "float32"]
     assert conv["class"] == "unsupported" and conv["message"] == CONV3D_TEXT
     assert any("Upgrade macOS to 13.2" in s["text"] for s in conv["suggestions"])
 
 
+@pytest.mark.slow
 def test_the_macos_advice_says_which_macos_answered_and_which_one_asks(probe_db, run_cli, tmp_path, monkeypatch):
     """'Conv3D needs macOS 13.2; you have 12.7': the refusal was measured on one macOS, the Mac asking
     may run another, and a newer one than the kernel needs is told to measure, not to upgrade."""
@@ -133,6 +138,7 @@ def test_the_macos_advice_says_which_macos_answered_and_which_one_asks(probe_db,
                                "macOS 13.1; measure on this Mac") for text in newer)
 
 
+@pytest.mark.slow
 def test_evidence_from_other_shapes_is_said(checked):
     r2c = answers(checked["volume_fft.py"][1])["aten::_fft_r2c", "float32"]
     assert r2c["class"] == "ok"
@@ -165,6 +171,7 @@ def test_variants_that_disagree_leave_an_unprobed_one_unknown(tmp_path):
 # ---------------------------------------------------------------- --run
 
 @pytest.mark.filterwarnings("ignore::UserWarning")    # beta APIs among the in-place ops
+@pytest.mark.slow
 def test_in_place_float64_calls_replayed_on_the_cpu_match_the_cpu():
     """Every OpInfo in-place op in float64, replayed as `check --run` replays a call:
     the reference never reads what the call wrote, so the CPU matches itself."""
@@ -192,6 +199,7 @@ def test_in_place_float64_calls_replayed_on_the_cpu_match_the_cpu():
     assert wrong == []
 
 
+@pytest.mark.slow
 def test_run_of_in_place_float64_ops_on_the_cpu(run_cli, tmp_path):
     model = tmp_path / "scales.py"
     model.write_text(
@@ -214,6 +222,7 @@ def test_run_of_in_place_float64_ops_on_the_cpu(run_cli, tmp_path):
     assert {o["class"] for o in data["ops"]} == {"ok"} and code == 0
 
 
+@pytest.mark.slow
 def test_the_default_answer_is_never_a_replay(probe_db, run_cli, tmp_path):
     path = tmp_path / "both.db"
     shutil.copy(probe_db, path)
@@ -257,6 +266,7 @@ def test_places_are_split_by_dtype_and_lines_are_the_users(tmp_path):
     assert captured["aten::add.Tensor", "float64"].lines[0].endswith("mixed.py:7")
 
 
+@pytest.mark.slow
 def test_every_failing_op_has_its_line_and_a_suggestion(checked):
     failing = [(name, o) for name, (_, data) in checked.items() for o in data["ops"]
                if o["class"] in FAILING]
@@ -268,6 +278,7 @@ def test_every_failing_op_has_its_line_and_a_suggestion(checked):
         assert o["suggestions"] and all(s["source"].startswith("https://") for s in o["suggestions"])
 
 
+@pytest.mark.slow
 def test_text_report_shows_lines_and_suggestions(probe_db, run_cli):
     result = run_cli("check", MODELS / "volume_fft.py", "--db", probe_db)
     lines = result.output.splitlines()
@@ -278,6 +289,7 @@ def test_text_report_shows_lines_and_suggestions(probe_db, run_cli):
     assert result.exit_code == 1
 
 
+@pytest.mark.slow
 def test_the_summary_names_each_op_once(probe_db, run_cli, tmp_path):
     listed = tmp_path / "ops.json"
     listed.write_text(json.dumps({"ops": [{"aten_op": "aten::foo", "dtype": "float32"},
@@ -288,6 +300,7 @@ def test_the_summary_names_each_op_once(probe_db, run_cli, tmp_path):
 
 # ---------------------------------------------------------------- --dtype float16
 
+@pytest.mark.slow
 def test_float16_widens_what_the_cpu_cannot_run_and_keeps_float64(probe_db, run_cli):
     code, data = report(run_cli, MODELS / "volume_fft.py", "--db", probe_db, "--dtype", "float16")
     found = answers(data)
@@ -302,6 +315,7 @@ def test_float16_widens_what_the_cpu_cannot_run_and_keeps_float64(probe_db, run_
 
 # ---------------------------------------------------------------- how sure a `?` is
 
+@pytest.mark.slow
 def test_unknowns_say_how_much_is_known(checked, probe_db, run_cli, tmp_path):
     found = answers(checked["volume_fft.py"][1])
     assert found["aten::grid_sampler_3d", "float32"]["confidence"] == NEVER_PROBED
@@ -338,6 +352,7 @@ def test_a_refusal_naming_another_dtype_condemns_nothing(tmp_path):
     assert "float32" not in evidence.refused
 
 
+@pytest.mark.slow
 def test_a_recorded_batch_sweep_gives_the_speed_line(probe_db, run_cli, tmp_path):
     path = tmp_path / "speed.db"
     shutil.copy(probe_db, path)

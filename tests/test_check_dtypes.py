@@ -64,6 +64,7 @@ def answer(run_cli, model, db, op="aten::_fft_c2r", dtype="complex64"):
     return {(o["aten_op"], o["dtype"]): o for o in data["ops"]}[op, dtype]
 
 
+@pytest.mark.slow
 def test_a_case_records_the_dtypes_its_ops_ran_in(irfft2_db, rows):
     recorded = rows(irfft2_db, "SELECT dtype, aten_ops, aten_dtypes FROM results")
     assert recorded
@@ -73,6 +74,7 @@ def test_a_case_records_the_dtypes_its_ops_ran_in(irfft2_db, rows):
         assert ran_in["aten::_fft_c2r"] == ["complex64"]
 
 
+@pytest.mark.slow
 def test_a_complex64_inverse_fft_is_answered_from_float32_irfft2_cases(irfft2_db, model, run_cli, rows):
     cases = len(rows(irfft2_db, "SELECT * FROM results"))
     found = answer(run_cli, model, irfft2_db)
@@ -80,6 +82,7 @@ def test_a_complex64_inverse_fft_is_answered_from_float32_irfft2_cases(irfft2_db
     assert f"passes in {cases} probe case(s)" in found["note"]
 
 
+@pytest.mark.slow
 def test_a_failing_case_condemns_the_op_in_the_dtype_it_ran_in(irfft2_db, model, run_cli, tmp_path, rows):
     """One irfft2 case fails naming _fft_c2r, which it ran on complex64 alone: the
     model's complex64 call is condemned, and the case's float32 keeps the failure."""
@@ -95,6 +98,7 @@ def test_a_failing_case_condemns_the_op_in_the_dtype_it_ran_in(irfft2_db, model,
     assert blame.verdict(evidence["aten::_fft_c2r", "complex64"])[0] == "unsupported"
 
 
+@pytest.mark.slow
 def test_a_failure_of_an_op_that_ran_in_two_dtypes_stays_under_the_cases_dtype(irfft2_db, tmp_path, rows):
     """_to_copy ran in float32 and complex64 in the case: which call failed is not
     known, so the failure is filed under the case's dtype, as before, and the other
@@ -117,6 +121,7 @@ def test_a_failure_of_an_op_that_ran_in_two_dtypes_stays_under_the_cases_dtype(i
     assert (match.klass, match.confidence) == ("unknown", DTYPE_UNSURE)
 
 
+@pytest.mark.slow
 def test_rows_without_aten_dtypes_answer_as_before(irfft2_db, model, run_cli, tmp_path, rows):
     """Results recorded before aten_dtypes count every op under the case's dtype."""
     path = edited(irfft2_db, tmp_path, "UPDATE results SET aten_dtypes = NULL")

@@ -13,6 +13,8 @@ MODEL = """
 import ctypes, os, sys, time
 import torch
 
+pytestmark = pytest.mark.slow   # sweeps and model processes that crash and hang
+
 class Inner(torch.nn.Module):
     def forward(self, x):
         {fault}

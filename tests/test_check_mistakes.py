@@ -83,6 +83,7 @@ def build():
 """
 
 
+@pytest.mark.slow
 def test_run_lists_the_calls_it_cannot_replay(run_cli, tmp_path):
     model = model_file(tmp_path, SPARSE)
     result = run_cli("check", model, "--run", "--device", "cpu", "--no-timing",

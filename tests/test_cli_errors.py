@@ -15,6 +15,7 @@ def assert_one_line_error(result, needle):
     assert "Traceback" not in result.output
 
 
+@pytest.mark.slow
 def test_unknown_op(tmp_path, run_cli):
     db = tmp_path / "x.db"
     result = run_cli("run", "--db", db, "--device", "cpu", "--ops", "conv2", "--samples", 1)
@@ -22,6 +23,7 @@ def test_unknown_op(tmp_path, run_cli):
     assert not db.exists()
 
 
+@pytest.mark.slow
 def test_unknown_dtype(tmp_path, run_cli):
     db = tmp_path / "x.db"
     result = run_cli("run", "--db", db, "--device", "cpu", "--ops", "add", "--dtypes", "float33")
@@ -30,6 +32,7 @@ def test_unknown_dtype(tmp_path, run_cli):
 
 
 @pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="needs a machine without CUDA")
+@pytest.mark.slow
 def test_unavailable_device(tmp_path, run_cli):
     db = tmp_path / "x.db"
     result = run_cli("run", "--db", db, "--device", "cuda", "--ops", "add")
@@ -37,6 +40,7 @@ def test_unavailable_device(tmp_path, run_cli):
     assert not db.exists()
 
 
+@pytest.mark.slow
 def test_nonsense_device(tmp_path, run_cli):
     result = run_cli("run", "--db", tmp_path / "x.db", "--device", "gpu9", "--ops", "add")
     assert_one_line_error(result, "unknown device: 'gpu9'")
@@ -94,6 +98,7 @@ def test_bad_timeout_and_workers(tmp_path, run_cli, option, value, needle):
     assert not db.exists()
 
 
+@pytest.mark.slow
 def test_a_dtype_filter_that_selects_nothing(tmp_path, run_cli):
     db = tmp_path / "x.db"
     result = run_cli("run", "--db", db, "--device", "cpu", "--ops", "add", "--dtypes", "float8_e4m3fn")

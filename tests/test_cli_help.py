@@ -76,3 +76,14 @@ def test_the_readmes_commands_parse():
     assert len(commands) > 10 and any(c.startswith("mpsprobe ops ") for c in commands)
     for line in commands:
         parse_example(line)
+
+
+def test_ci_runs_the_readmes_test_command():
+    """`.ci/run` runs exactly the full-suite command the README gives a new user."""
+    from pathlib import Path
+    root = Path(__file__).resolve().parent.parent
+    readme = (root / "README.md").read_text(encoding="utf-8")
+    given = {re.sub(r"^\.venv/bin/", "", c).strip() for c in re.findall(r"# tests instead: (.*)", readme)}
+    ci = [line.strip() for line in (root / ".ci" / "run").read_text(encoding="utf-8").splitlines()
+          if "-m pytest" in line and not line.lstrip().startswith("#")]
+    assert len(given) == 1 and ci == list(given), (given, ci)

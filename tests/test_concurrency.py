@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # two sweeps at once, twice
 
 FAULTY = str(Path(__file__).parent / "faulty_backend.py")
 

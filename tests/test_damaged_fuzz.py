@@ -21,6 +21,8 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from mpsprobe.cli import cli
 
+pytestmark = pytest.mark.slow  # every command on twenty damaged databases
+
 COMMAND_LIMIT_S = 20
 TABLES = ["runs", "ops", "cases", "results", "pairs_done", "mpsprobe_meta", "results_fts",
           "declared", "declared_sources"]

@@ -13,6 +13,8 @@ import pytest
 
 from mpsprobe.vocabulary import CRASH, ERROR, PASS, TIMEOUT
 
+pytestmark = pytest.mark.slow   # sweeps and model processes that crash and hang
+
 FAULTY_BACKEND = Path(__file__).parent / "faulty_backend.py"
 OPS = "exp,sin,cos,neg"
 ABORT_LINE = "FAULTY: the kernel's assertion failed; aborting"

@@ -253,6 +253,7 @@ def torch_env(tmp_path_factory, _run_add):
     return env, db, result
 
 
+@pytest.mark.slow
 def test_torch_version_end_to_end(torch_env, rows, run_cli, summary):
     env, db, result = torch_env
     assert "building a torch environment for torch==" + TORCH_VERSION in result.output
@@ -266,6 +267,7 @@ def test_torch_version_end_to_end(torch_env, rows, run_cli, summary):
     assert [(e["state"], e["torch_version"]) for e in listed] == [("ready", torch.__version__)]
 
 
+@pytest.mark.slow
 def test_cached_environment_is_reused_and_a_path_works(torch_env, tmp_path, monkeypatch, _run_add, rows):
     env, db, _ = torch_env
     for name, value in env.items():
@@ -281,6 +283,7 @@ def test_cached_environment_is_reused_and_a_path_works(torch_env, tmp_path, monk
     assert json.loads(run["options"])["python"] == python
 
 
+@pytest.mark.slow
 def test_bad_specs_error_cleanly(tmp_path, _run_add):
     db = tmp_path / "x.db"
     for spec, message in [("bogus!", "expected current, nightly"),
@@ -294,6 +297,7 @@ def test_bad_specs_error_cleanly(tmp_path, _run_add):
     assert not db.exists()
 
 
+@pytest.mark.slow
 def test_python_without_torch_is_refused(tmp_path, _run_add):
     bare = tmp_path / "bare"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True)
@@ -301,6 +305,7 @@ def test_python_without_torch_is_refused(tmp_path, _run_add):
     assert result.exit_code == 2 and "cannot import torch" in result.output
 
 
+@pytest.mark.slow
 def test_offline_install_fails_with_one_line(tmp_path, _run_add):
     empty = tmp_path / "no-wheels"
     empty.mkdir()
@@ -318,6 +323,7 @@ def test_offline_install_fails_with_one_line(tmp_path, _run_add):
 @pytest.mark.skipif(not os.environ.get("MPSPROBE_SLOW_TESTS"),
                     reason="builds a fully isolated torch environment (~1 GB, ~1 min): "
                            "set MPSPROBE_SLOW_TESTS=1")
+@pytest.mark.slow
 def test_fully_isolated_environment(tmp_path, _run_add, rows):
     env = {"MPSPROBE_CACHE": str(tmp_path / "cache"), "MPSPROBE_ENV_SYSTEM_SITE": None}
     result = _run_add(tmp_path / "iso.db", TORCH_VERSION, env)

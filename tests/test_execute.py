@@ -184,17 +184,21 @@ def test_a_fault_of_the_probes_own_code_is_no_verdict_on_the_target(monkeypatch)
     recorded as skip with reason kind probe_fault and the exception, never as error (a bug)."""
     from mpsprobe.engine import execute, worker
     from mpsprobe.vocabulary import ERROR, PROBE_FAULT, SKIP
-    sent = []
-    w = worker.Worker({"device": "cpu", "samples": 2, "timing": False}, sent.append)
+    previous = torch.is_warn_always_enabled()  # a worker turns it on for its process's life
+    try:
+        sent = []
+        w = worker.Worker({"device": "cpu", "samples": 2, "timing": False}, sent.append)
 
-    def judging_fails(*args, **kwargs):
-        raise IndexError("list index out of range")
-    monkeypatch.setattr(execute, "run_case", judging_fails)
-    w.pair({"op": "abs", "dtype": "float32", "passes": ["forward"]})
-    w._flush()
-    results = [m for m in sent if m.get("type") == "result"]
-    assert results
-    for result in results:
-        assert (result["status"], result["reason_kind"]) == (SKIP, PROBE_FAULT) and result["status"] != ERROR
-        assert result["reason"] == "mpsprobe could not judge this case: IndexError: list index out of range"
-        assert result["error_type"] == "IndexError"
+        def judging_fails(*args, **kwargs):
+            raise IndexError("list index out of range")
+        monkeypatch.setattr(execute, "run_case", judging_fails)
+        w.pair({"op": "abs", "dtype": "float32", "passes": ["forward"]})
+        w._flush()
+        results = [m for m in sent if m.get("type") == "result"]
+        assert results
+        for result in results:
+            assert (result["status"], result["reason_kind"]) == (SKIP, PROBE_FAULT) and result["status"] != ERROR
+            assert result["reason"] == "mpsprobe could not judge this case: IndexError: list index out of range"
+            assert result["error_type"] == "IndexError"
+    finally:
+        torch.set_warn_always(previous)

@@ -16,6 +16,7 @@ def statuses(rows):
     return statuses
 
 
+@pytest.mark.slow
 def test_not_implemented_is_unsupported_with_the_aten_op(fake_mps_db, rows):
     for r in rows(fake_mps_db, "SELECT * FROM results WHERE op_id = 'histc' AND dtype != 'float64'"):
         assert r["status"] == "unsupported"
@@ -25,6 +26,7 @@ def test_not_implemented_is_unsupported_with_the_aten_op(fake_mps_db, rows):
             "The operator 'aten::histc' is not currently implemented for the MPS device.")
 
 
+@pytest.mark.slow
 def test_fallback_is_seen_on_every_case_despite_warn_once(fake_mps_db, rows):
     # linalg_svd is on MPSFallback.mm's list of ops that always run on the CPU.
     found = rows(fake_mps_db, "SELECT * FROM results WHERE op_id = 'linalg.svd' AND dtype = 'float32'")
@@ -34,6 +36,7 @@ def test_fallback_is_seen_on_every_case_despite_warn_once(fake_mps_db, rows):
         assert json.loads(r["fallback_ops"]) == ["aten::linalg_svd"] and r["aten_op"] == "aten::linalg_svd"
 
 
+@pytest.mark.slow
 def test_wrong_numbers_in_one_dtype_only(fake_mps_db, rows, statuses):
     half = rows(fake_mps_db, "SELECT r.*, c.sample FROM results r JOIN cases c ON c.id = r.case_id "
                              "WHERE r.op_id = 'exp' AND r.dtype = 'float16'")
@@ -43,18 +46,21 @@ def test_wrong_numbers_in_one_dtype_only(fake_mps_db, rows, statuses):
     assert set(statuses(fake_mps_db, "exp", "float32")) == {"pass"}
 
 
+@pytest.mark.slow
 def test_float64_is_refused_like_mps(fake_mps_db, rows):
     r = rows(fake_mps_db, "SELECT * FROM results WHERE op_id = 'add' AND dtype = 'float64'")[0]
     assert r["status"] == "unsupported"
     assert "doesn't support float64" in r["message"]
 
 
+@pytest.mark.slow
 def test_abort_costs_one_case_and_the_run_goes_on(fake_mps_db, rows, statuses):
     crashed = rows(fake_mps_db, "SELECT * FROM results WHERE op_id = 'erfinv' AND dtype = 'float32'")
     assert crashed and all(r["status"] == "crash" and r["signal"] == 6 for r in crashed)
     assert set(statuses(fake_mps_db, "add", "float32")) == {"pass"}
 
 
+@pytest.mark.slow
 def test_hang_costs_one_case(fake_mps_db, rows):
     hung = rows(fake_mps_db, "SELECT * FROM results WHERE op_id = 'lgamma' AND dtype = 'float32'")
     assert hung and all(r["status"] == "timeout" for r in hung)
@@ -63,6 +69,7 @@ def test_hang_costs_one_case(fake_mps_db, rows):
     assert run["backend"].endswith("fake_mps.py")
 
 
+@pytest.mark.slow
 def test_every_status_rolls_up_per_op_and_dtype(fake_mps_db, rows):
     rolled = {(r["op_id"], r["dtype"]): r["status"]
               for r in rows(fake_mps_db, "SELECT * FROM op_dtype_status")}
@@ -75,6 +82,7 @@ def test_every_status_rolls_up_per_op_and_dtype(fake_mps_db, rows):
     assert rolled[("add", "int32")] == "pass"
 
 
+@pytest.mark.slow
 def test_mps_fallback_env_turns_unimplemented_into_fallback(tmp_path, fake_mps, rows, run_cli):
     db = tmp_path / "fb.db"
     result = run_cli("run", "--db", db, "--backend", fake_mps, "--ops", "histc",

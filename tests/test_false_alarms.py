@@ -229,7 +229,9 @@ def test_the_order_allowance_reaches_matmuls_and_convolutions_only():
 @pytest.mark.parametrize("kind,status", [("winograd_wgrad", PASS), ("wgrad_off", MISMATCH),
                                          ("wgrad_dropped", MISMATCH)])
 def test_a_convolutions_backward_case_allows_any_summation_order_of_its_weight_gradient(
-        monkeypatch, kind, status):
+        monkeypatch, one_cpu_thread, kind, status):
+    """On one CPU thread the CPU's own error in this weight gradient is below Winograd's
+    rounding (on two or more, oneDNN's split sum errs enough to cover it)."""
     from mpsprobe.engine import judge
     from mpsprobe.engine.backward import run_backward_case
     g = torch.Generator().manual_seed(4)
@@ -249,6 +251,7 @@ def test_a_convolutions_backward_case_allows_any_summation_order_of_its_weight_g
 
 
 @pytest.mark.parametrize("kind", ["winograd_wgrad", "wgrad_off"])
+@pytest.mark.slow
 def test_check_run_answers_a_transformed_weight_gradient_and_a_wrong_one(tmp_path, run_cli, kind):
     """The model check as on a GPU whose cuDNN picks Winograd for the weight gradient: the
     report says working, and which allowance it took; a wrong weight gradient stays ≠."""

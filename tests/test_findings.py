@@ -44,6 +44,7 @@ def cpu_db(tmp_path_factory):
     return db
 
 
+@pytest.mark.slow
 def test_three_kinds_against_a_fake_mps_run(fake_db):
     result = invoke("findings", "--db", fake_db, "--json")
     assert result.exit_code == 0, result.output
@@ -62,6 +63,7 @@ def test_three_kinds_against_a_fake_mps_run(fake_db):
     assert agreement["agree"] == 2 and agreement["rate"] == pytest.approx(2 / 3)
 
 
+@pytest.mark.slow
 def test_text_report_has_one_line_per_finding(fake_db):
     result = invoke("findings", "--db", fake_db)
     assert result.exit_code == 0, result.output
@@ -141,6 +143,7 @@ def test_errors_are_one_line(cpu_db, tmp_path):
     assert "Traceback" not in result.output
 
 
+@pytest.mark.slow
 def test_site_page_shows_the_same_findings(fake_db):
     import asyncio
     import re

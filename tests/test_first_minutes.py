@@ -3,6 +3,8 @@ found, and every message reads right."""
 import json
 import re
 
+import pytest
+
 
 def test_run_says_what_it_will_do_before_loading_then_summarises_with_the_time(tmp_path, run_cli):
     db = tmp_path / "first.db"
@@ -20,6 +22,7 @@ def test_run_says_what_it_will_do_before_loading_then_summarises_with_the_time(t
     assert lines[-1] == f"recorded in {db}"
 
 
+@pytest.mark.slow
 def test_run_json_summary_carries_the_elapsed_time(tmp_path, run_cli, summary):
     result = run_cli("run", "--db", tmp_path / "j.db", "--device", "cpu", "--ops", "add",
                      "--dtypes", "float32", "--samples", 1, "--workers", 1, "--no-timing", "--json")
@@ -63,6 +66,7 @@ def test_ops_answers_for_mps_and_shows_a_cpu_run_only_when_asked(run_cli, cpu_db
     assert "measured on another device)" in result.output.splitlines()[-1]
 
 
+@pytest.mark.slow
 def test_unknown_names_suggest_the_full_op_name(run_cli, tmp_path):
     from mpsprobe.ops.opinfo import suggest
     keys = {"nn.functional.conv2d", "cov", "conj", "nn.functional.conv1d", "add"}
@@ -118,6 +122,7 @@ def _on_a_terminal(args, timeout=300):
     return out.decode(errors="replace")
 
 
+@pytest.mark.slow
 def test_on_a_terminal_the_plan_comes_before_torch_loads_and_the_bar_is_cleared(tmp_path):
     """The order a user sees on a terminal: the plan line and the catalogue stage
     before this process imports torch, if it ever does (-X importtime reports each

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # sweeps killed and resumed, workers crashed every way
+
 
 TESTS = Path(__file__).parent
 

@@ -33,6 +33,7 @@ def test_a_held_result_goes_out_with_the_next_message_and_carries_the_token():
     assert '"result"' in lines[0] and '"begin"' in lines[1]
 
 
+@pytest.mark.slow
 def test_workers_start_together_before_any_request():
     pool = Pool({"device": "cpu", "samples": 1, "timing": False}, size=3)
     with pool:
@@ -41,6 +42,7 @@ def test_workers_start_together_before_any_request():
         assert pool.request({"cmd": "describe"})["env"]["device"] == "cpu"
 
 
+@pytest.mark.slow
 def test_a_worker_is_fed_its_next_pair_before_the_last_one_is_recorded():
     held = []
     pool = Pool({"device": "cpu", "samples": 1, "timing": False, "passes": ["forward"]}, size=1)
@@ -124,6 +126,7 @@ def test_workers_start_before_describe_only_when_their_number_is_settled(tmp_pat
     sweep.pool.close()
 
 
+@pytest.mark.slow
 def test_a_sweeps_parent_imports_neither_torch_nor_the_catalogue(tmp_path):
     """The workers describe the device and plan; the parent only hands out and records."""
     import subprocess

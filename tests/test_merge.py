@@ -43,6 +43,7 @@ def _as_other_torch(source, path, torch_version):
     return str(path)
 
 
+@pytest.mark.slow
 def test_merge_is_idempotent(fake_mps_db, tmp_path, _dump, run_cli):
     out = str(tmp_path / "all.db")
     first = run_cli("merge", fake_mps_db, "-o", out, "--json")
@@ -54,6 +55,7 @@ def test_merge_is_idempotent(fake_mps_db, tmp_path, _dump, run_cli):
     assert _dump(out) == _dump(fake_mps_db)
 
 
+@pytest.mark.slow
 def test_two_torch_versions_give_per_version_history(fake_mps_db, tmp_path, _counts, rows, run_cli):
     older = _as_other_torch(fake_mps_db, tmp_path / "older.db", "2.9.0")
     out = str(tmp_path / "all.db")
@@ -71,6 +73,7 @@ def test_two_torch_versions_give_per_version_history(fake_mps_db, tmp_path, _cou
     assert json.loads(exp["statuses"]) == {"2.9.0": "pass", current: "mismatch"}
 
 
+@pytest.mark.slow
 def test_a_resumed_run_brings_only_its_new_results(fake_mps_db, tmp_path, _dump, rows, run_cli):
     partial = tmp_path / "partial.db"
     shutil.copy(fake_mps_db, partial)
@@ -102,6 +105,7 @@ def test_older_schema_source_is_migrated_in_a_copy(tmp_path, monkeypatch, histor
     assert keys == {v[0]: version_key(v[0]) for v in history_runs.values()}
 
 
+@pytest.mark.slow
 def test_incompatible_sources_are_refused_and_nothing_is_written(fake_mps_db, tmp_path, run_cli):
     future = tmp_path / "future.db"
     shutil.copy(fake_mps_db, future)
@@ -123,6 +127,7 @@ def test_incompatible_sources_are_refused_and_nothing_is_written(fake_mps_db, tm
     assert run_cli("merge", fake_mps_db, "-o", fake_mps_db).exit_code == 2
 
 
+@pytest.mark.slow
 def test_a_failed_merge_leaves_the_output_unchanged(fake_mps_db, tmp_path, monkeypatch, _dump, run_cli):
     out = str(tmp_path / "all.db")
     older = _as_other_torch(fake_mps_db, tmp_path / "older.db", "2.9.0")

@@ -131,6 +131,7 @@ def _shape(rows):
 
 
 @pytest.mark.parametrize("name, version", [("schema1.db", 1), ("schema2.db", 2)])
+@pytest.mark.slow
 def test_databases_the_old_code_wrote_upgrade_to_what_a_new_one_is(tmp_path, name, version, _shape, rows, run_cli,
                                                                   old_databases):
     """tests/data holds databases written by mpsprobe as it shipped schemas 1 and 2

@@ -50,6 +50,7 @@ def _cases(rows, db, op, pass_):
                     f"WHERE r.op_id = ? AND r.{PASS_COLUMN} = ? ORDER BY r.case_id", (op, pass_))
 
 
+@pytest.mark.slow
 def test_a_missing_backward_kernel_is_unsupported_with_the_op_named(fake_db, rows):
     found = _cases(rows, fake_db, "nn.functional.softplus", BACKWARD)
     assert found and all(r["status"] == UNSUPPORTED for r in found)
@@ -62,6 +63,7 @@ def test_a_missing_backward_kernel_is_unsupported_with_the_op_named(fake_db, row
     assert {r["status"] for r in _cases(rows, fake_db, "nn.functional.softplus", FORWARD)} == {PASS}
 
 
+@pytest.mark.slow
 def test_a_wrong_gradient_is_a_mismatch(fake_db, rows):
     found = _cases(rows, fake_db, "sigmoid", BACKWARD)
     with_values = [r for r in found if ",0" not in r["sample"] and "[0" not in r["sample"]]
@@ -74,6 +76,7 @@ def test_a_wrong_gradient_is_a_mismatch(fake_db, rows):
     assert {r["status"] for r in _cases(rows, fake_db, "sigmoid", OUT)} == {PASS}
 
 
+@pytest.mark.slow
 def test_every_pass_of_an_op_is_a_case_of_its_own(fake_db, rows):
     found = rows(fake_db, f"SELECT {PASS_COLUMN} AS p, count(*) AS n FROM results "
                           f"WHERE op_id = 'add' GROUP BY {PASS_COLUMN}")
@@ -91,6 +94,7 @@ def test_every_pass_of_an_op_is_a_case_of_its_own(fake_db, rows):
     assert [v["status"] for v in view] == [MISMATCH]
 
 
+@pytest.mark.slow
 def test_check_train_answers_backward_kernels_from_backward_evidence(fake_db, tmp_path, run_cli):
     model = tmp_path / "model.py"
     model.write_text(MODEL)
@@ -105,6 +109,7 @@ def test_check_train_answers_backward_kernels_from_backward_evidence(fake_db, tm
     assert result.exit_code == 1
 
 
+@pytest.mark.slow
 def test_in_place_answered_from_the_out_of_place_op_says_so(fake_db):
     from mpsprobe.modelcheck.capture import ModelOps, OpUse
     from mpsprobe.modelcheck.report import answer
@@ -120,6 +125,7 @@ def test_in_place_answered_from_the_out_of_place_op_says_so(fake_db):
     assert blame.out_of_place("aten::_softmax") is None
 
 
+@pytest.mark.slow
 def test_backward_findings_against_the_gradient_lists(fake_db):
     conn = sqlite3.connect(fake_db)
     conn.row_factory = sqlite3.Row
@@ -153,6 +159,7 @@ def cpu_db(tmp_path_factory, run_cli):
     return str(path)
 
 
+@pytest.mark.slow
 def test_the_cpu_against_itself_is_clean_in_every_pass(cpu_db, rows):
     found = rows(cpu_db, f"SELECT {PASS_COLUMN} AS p, status, count(*) AS n FROM results "
                          f"GROUP BY {PASS_COLUMN}, status")
@@ -161,6 +168,7 @@ def test_the_cpu_against_itself_is_clean_in_every_pass(cpu_db, rows):
     assert not [r for r in found if r["status"] == ERROR]
 
 
+@pytest.mark.slow
 def test_no_unique_gradient_is_skipped_with_the_reason(cpu_db, rows):
     eigh = _cases(rows, cpu_db, "linalg.eigh", BACKWARD)  # distinct eigenvalues: judged through their phases
     assert eigh and all((r["status"], r["check_kind"]) == (PASS, "values") for r in eigh), eigh
@@ -246,6 +254,7 @@ def test_ties_leave_a_gradient_unjudged_only_where_they_decide_it():
         assert unique or result["reason_kind"] == "no_unique_answer", result
 
 
+@pytest.mark.slow
 def test_a_backward_kernel_that_falls_back_is_named_and_not_timed(tmp_path, fake_mps, rows, run_cli):
     db = tmp_path / "fb.db"
     result = run_cli("run", "--db", db, "--backend", fake_mps, "--ops", "nn.functional.softplus",

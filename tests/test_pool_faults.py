@@ -33,6 +33,7 @@ def _case(rows, db, op, index):
     ("tan", "exited with status 1", "Escape"),    # a BaseException of the op's own
     ("sin", "exited with status 1", "OSError"),   # its reply channel closed under it
 ])
+@pytest.mark.slow
 def test_an_exit_is_recorded_as_an_exit_not_a_kill(faulty_sweep, rows, op, status_text, exception):
     hit = _case(rows, faulty_sweep["db"], op, 0)
     assert hit["status"] == CRASH and hit["reason_kind"] == "exit" and hit["signal"] is None
@@ -40,11 +41,13 @@ def test_an_exit_is_recorded_as_an_exit_not_a_kill(faulty_sweep, rows, op, statu
     assert exception in hit["message"], hit["message"]
 
 
+@pytest.mark.slow
 def test_a_fork_then_segfault_is_a_crash_not_a_timeout(faulty_sweep, rows):
     hit = _case(rows, faulty_sweep["db"], "ceil", 0)
     assert hit["status"] == CRASH and hit["signal"] == int(signal.SIGSEGV), hit
 
 
+@pytest.mark.slow
 def test_a_forged_reply_is_not_taken_for_a_result(faulty_sweep, rows):
     """cos writes result lines claiming a pass into every pipe it can reach, then fails."""
     hit = _case(rows, faulty_sweep["db"], "cos", 0)
@@ -64,6 +67,7 @@ worker.main('{{"device": "cpu"}}')
 """
 
 
+@pytest.mark.slow
 def test_a_worker_exits_with_a_status_naming_the_exception():
     expected = {"SystemExit(4)": 4, "KeyboardInterrupt": 1, "Escape('out')": 1}
     request = json.dumps("token") + "\n" + json.dumps({"cmd": "describe"}) + "\n"
@@ -84,6 +88,7 @@ def _alive(pid):
         return False
 
 
+@pytest.mark.slow
 def test_nothing_an_op_starts_outlives_its_case(faulty_sweep):
     """floor's `sleep 300` and forked child, and the child ceil forked before its worker
     segfaulted (killed with the dead worker's group)."""
@@ -129,6 +134,7 @@ def test_what_a_case_starts_is_killed_when_the_case_ends_not_when_the_worker_doe
         worker.communicate()
 
 
+@pytest.mark.slow
 def test_a_program_an_op_starts_does_not_inherit_the_reply_channel(faulty_sweep):
     """floor starts `sleep 300` with close_fds=False: it holds the worker's stdin and
     stderr, never its reply pipe (which would keep the parent from seeing EOF)."""
@@ -137,6 +143,7 @@ def test_a_program_an_op_starts_does_not_inherit_the_reply_channel(faulty_sweep)
     assert not set(fds["reply_pipes"]) & set(fds["sleeper"]), fds
 
 
+@pytest.mark.slow
 def test_an_op_that_closes_fd_0_harms_no_case_and_no_worker(faulty_sweep, rows):
     """neg closes fd 0 mid-case: the worker reads its requests from a private copy and
     gives the next case a fresh fd 0, so every case is judged and no worker is lost."""
@@ -147,6 +154,7 @@ def test_an_op_that_closes_fd_0_harms_no_case_and_no_worker(faulty_sweep, rows):
     assert not lost, lost
 
 
+@pytest.mark.slow
 def test_a_worker_gone_before_its_next_request_costs_nothing_and_says_so(tmp_path, rows):
     """Killed while idle: the next request meets a broken pipe; the pair is run by another."""
     from mpsprobe.engine.pool import Pool
@@ -164,6 +172,7 @@ def test_a_worker_gone_before_its_next_request_costs_nothing_and_says_so(tmp_pat
     assert said and "SIGKILL" in said[0] and "no case lost" in said[0]
 
 
+@pytest.mark.slow
 def test_a_parent_held_up_past_the_timeout_does_not_time_out_a_worker_that_replied(tmp_path):
     """exp's first case waits for a file; once its "begin" is read, the parent is held
     up (as by another process's database lock) past the case timeout, and the file
@@ -196,6 +205,7 @@ def test_a_parent_held_up_past_the_timeout_does_not_time_out_a_worker_that_repli
     assert statuses and set(statuses) == {PASS}, statuses
 
 
+@pytest.mark.slow
 def test_a_hung_case_is_timed_out_even_when_its_next_pair_is_larger_than_a_pipe(tmp_path):
     """exp's case hangs. The next pair's request is larger than a pipe holds (a model's
     calls with their index tensors, a long list of cases done): the parent must not

@@ -43,6 +43,7 @@ def _ratio(fn, a, b, k, out, mode="tf32_matmul"):
 
 
 @pytest.mark.parametrize("case", [_bert_matmul, _resnet_conv])
+@pytest.mark.slow
 def test_tf32_target_is_within_the_bound_over_seeds(case):
     worst = 0.0
     for seed in range(3):

@@ -68,6 +68,7 @@ def test_ops_outside_the_modes_reach_are_judged_as_usual():
 
 
 @pytest.mark.parametrize("strict", [False, True])
+@pytest.mark.slow
 def test_the_run_records_its_precision_modes_and_strict_turns_them_off(tmp_path, strict, run_cli, rows):
     db = tmp_path / "tf32.db"
     backend = str(Path(__file__).parent / "wrong_backend.py")

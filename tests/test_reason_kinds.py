@@ -7,6 +7,8 @@ import json
 
 import pytest
 
+pytestmark = pytest.mark.slow  # one sweep through every failure of the fake backend, crashes and a hang included
+
 ADAPTIVE = "Adaptive pool MPS: input sizes must be divisible by output sizes. Non-divisible input sizes are not " \
            "implemented on MPS device yet. For now, you can manually transfer tensor to cpu in this case."
 PLACEHOLDER = "Placeholder storage has not been allocated on MPS device!"

@@ -5,6 +5,9 @@ import subprocess
 import sys
 import time
 
+import pytest
+
+pytestmark = pytest.mark.slow  # a sweep killed and resumed
 
 OPS = "abs,neg,add,mul,sub,exp,sin,cos,tanh,sigmoid,floor,ceil"
 DTYPES = "float32,float64,int32,float16"

@@ -1,6 +1,8 @@
 """End to end on the CPU: the real probe over a small op subset, checked in the DB."""
 import json
 
+import pytest
+
 from mpsprobe.vocabulary import FORWARD, PASS_COLUMN
 
 
@@ -59,6 +61,7 @@ def test_rollup_view_takes_the_worst(cpu_db, rows):
     assert aten and all(r["status"] == "pass" for r in aten)
 
 
+@pytest.mark.slow
 def test_rerunning_the_same_command_adds_nothing(cpu_db, rows, run_cli, summary):
     before = rows(cpu_db, "SELECT count(*) AS n FROM results")[0]["n"]
     result = run_cli("run", "--db", cpu_db, "--device", "cpu",
@@ -70,6 +73,7 @@ def test_rerunning_the_same_command_adds_nothing(cpu_db, rows, run_cli, summary)
     assert len(rows(cpu_db, "SELECT * FROM runs")) == 1
 
 
+@pytest.mark.slow
 def test_without_a_terminal_progress_is_a_line_not_a_bar(run_cli, tmp_path):
     import re
     result = run_cli("run", "--db", tmp_path / "log.db", "--device", "cpu", "--ops", "add,mul",

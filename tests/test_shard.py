@@ -86,6 +86,7 @@ def _pairs(rows):
     return _pairs
 
 
+@pytest.mark.slow
 def test_shards_are_disjoint_slices(sweep, _case_statuses, _pairs):
     full, shards, _ = sweep
     slices = [_case_statuses(db) for db in shards]
@@ -95,6 +96,7 @@ def test_shards_are_disjoint_slices(sweep, _case_statuses, _pairs):
         assert _pairs(db) == {p for p in planned if in_shard({"op": p[0], "dtype": p[1]}, (i, 2))}
 
 
+@pytest.mark.slow
 def test_merged_shards_equal_the_unsharded_run(sweep, _case_statuses, rows):
     full, _, merged = sweep
     assert _case_statuses(merged) == _case_statuses(full)
@@ -106,6 +108,7 @@ def test_merged_shards_equal_the_unsharded_run(sweep, _case_statuses, rows):
     assert by_sweep == by_run
 
 
+@pytest.mark.slow
 def test_shard_runs_form_one_sweep(sweep, _case_statuses, rows, run_cli):
     full, shards, merged = sweep
     (one,) = rows(merged, "SELECT * FROM sweeps")
@@ -120,6 +123,7 @@ def test_shard_runs_form_one_sweep(sweep, _case_statuses, rows, run_cli):
                       {"n_runs": 2, "shard_count": 2, "state": "complete"}]
 
 
+@pytest.mark.slow
 def test_one_missing_shard_leaves_the_sweep_partial(sweep, tmp_path, rows, run_cli):
     _, shards, _ = sweep
     only = str(tmp_path / "only.db")

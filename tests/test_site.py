@@ -21,6 +21,9 @@ from mpsprobe.vocabulary import FORWARD, PASS_COLUMN, STATUS, STATUSES, WORKING
 from mpsprobe.versions import version_key
 from mpsprobe.site import database_name, make_datasette
 
+pytestmark = pytest.mark.slow  # every test reads the site's database, made by three sweeps
+
+
 @pytest.fixture(scope="module")
 def ds(site_db):
     datasette = make_datasette(site_db)

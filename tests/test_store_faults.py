@@ -89,6 +89,7 @@ def _commands(path, other):
 
 
 @pytest.mark.parametrize("shape", sorted(DAMAGE))
+@pytest.mark.slow
 def test_every_damaged_shape_is_refused_by_every_command_untouched(tmp_path, shape, run_cli,
                                                                     small_store, rows):
     folder = tmp_path / "d"
@@ -132,6 +133,7 @@ def test_a_fifo_is_refused_without_opening(tmp_path):
 
 
 @pytest.mark.parametrize("name", ["a#b.db", "x%41y.db", "what?.db"])
+@pytest.mark.slow
 def test_paths_with_uri_characters_work_everywhere(tmp_path, name, run_cli, small_store):
     from mpsprobe.site import check_database, make_datasette
     import asyncio
@@ -219,6 +221,7 @@ def test_a_held_lock_is_waited_out_with_a_message(tmp_path, small_store, monkeyp
     schema.close(db)
 
 
+@pytest.mark.slow
 def test_a_sweep_waits_out_a_lock_held_past_sqlites_busy_timeout(tmp_path, rows):
     """exp's case waits for a file; meanwhile another process takes the write lock and
     holds it past LOCK_POLL_S, so the sweep's commit of exp's pair meets a locked database."""
@@ -265,6 +268,7 @@ def _page_limit(monkeypatch, extra):
     monkeypatch.setattr(schema, "_connect", limited)
 
 
+@pytest.mark.slow
 def test_a_full_disk_on_creation_leaves_no_stub(tmp_path, run_cli, small_store, monkeypatch):
     source = small_store(tmp_path / "src.db")
     _page_limit(monkeypatch, 1)
@@ -279,6 +283,7 @@ def test_a_full_disk_on_creation_leaves_no_stub(tmp_path, run_cli, small_store, 
 FULL_OPS = "abs,neg,add,mul,sub,exp"
 
 
+@pytest.mark.slow
 def test_a_full_disk_mid_run_is_one_line_and_the_run_resumes(tmp_path, run_cli, rows, monkeypatch):
     db = tmp_path / "full.db"
     schema.close(schema.open_db(db))
@@ -320,6 +325,7 @@ schema.close(db)
 """
 
 
+@pytest.mark.slow
 def test_merge_reads_a_source_being_written_in_one_snapshot(tmp_path, run_cli, small_store, rows):
     source = small_store(tmp_path / "live.db", n=2)
     writer = subprocess.Popen([sys.executable, "-c", WRITER, str(source), "6"])
