@@ -9,11 +9,11 @@ from click.testing import CliRunner
 
 from mpsprobe.cli import cli
 
+pytestmark = pytest.mark.slow   # model processes that crash and hang
+
 MODEL = """
 import ctypes, os, sys, time
 import torch
-
-pytestmark = pytest.mark.slow   # sweeps and model processes that crash and hang
 
 class Inner(torch.nn.Module):
     def forward(self, x):

@@ -13,7 +13,7 @@ import pytest
 
 from mpsprobe.vocabulary import CRASH, ERROR, PASS, TIMEOUT
 
-pytestmark = pytest.mark.slow   # sweeps and model processes that crash and hang
+pytestmark = pytest.mark.slow   # sweeps through the faulty backend, each case crashing or hanging
 
 FAULTY_BACKEND = Path(__file__).parent / "faulty_backend.py"
 OPS = "exp,sin,cos,neg"
