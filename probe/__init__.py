@@ -28,7 +28,7 @@ from mpsprobe.errors import MpsprobeError
 __version__ = "0.1.0"
 
 _API = ("probe", "check_model", "open_db", "findings", "record_declared",
-        "record_declared_history", "merge", "migrate", "op_statuses", "Run")
+        "record_declared_history", "merge", "migrate", "op_statuses", "coverage", "Run")
 _SPEED = {"bench": "mpsprobe.speed", "Bench": "mpsprobe.speed", "sweep_batches": "mpsprobe.modelcheck.batches"}
 __all__ = ["MpsprobeError", "__version__", *_API, *_SPEED]
 

@@ -312,6 +312,54 @@ def findings(db="mpsprobe.db", run=None, against=None):
         store.conn.close()
 
 
+def coverage(db=None, run_ids=(), wheel=None):
+    """Which MPS kernels the catalogue reaches, as a dict (the JSON of `mpsprobe coverage`).
+
+    The kernels are those of the installed torch (or of `wheel`, a torch wheel
+    file): native_functions.yaml's own MPS keys and Python-registered MPS kernels.
+    Reached means a recorded case of `db` dispatched it: in the runs named by
+    `run_ids` (ids or prefixes), else every catalogue run (not a model replay)
+    of that torch version. Without `db` nothing is reached, and `evidence` says so.
+    """
+    from mpsprobe.ops import coverage as cov
+    from mpsprobe.ops.declared import wheel as wheels
+    files = wheels.from_wheel(wheel) if wheel else wheels.installed()
+    if not files.native_functions:
+        raise MpsprobeError(files.missing(wheels.NATIVE_FUNCTIONS))
+    kernels = cov.mps_kernels(files)
+    runs, dispatched = [], {}
+    if db is not None:
+        from mpsprobe.db.query import coverage as coverage_q
+        if not os.path.exists(str(db)):
+            raise MpsprobeError(f"{db}: no such database")
+        store = open_db(db, readonly=True)
+        try:
+            runs = coverage_q.catalogue_runs(store.conn, files.torch_version, _split(run_ids))
+            if not runs:
+                which = (f"runs {', '.join(_split(run_ids))}" if _split(run_ids)
+                         else f"a run of torch {files.torch_version}")
+                raise MpsprobeError(f"{db} has no {which} (model replays do not count)")
+            dispatched = coverage_q.dispatched(store.conn, [r["id"] for r in runs])
+        finally:
+            store.conn.close()
+    devices = sorted({r["device"] for r in runs})
+    on_mps = bool(devices) and all(d.split(":")[0] == "mps" and not r.get("backend")
+                                   for d in devices for r in runs)
+    cov.measure(kernels, dispatched, on_mps=on_mps, read=bool(runs))
+    if not runs:
+        evidence = "none: no database given, so nothing is counted as reached (pass db=)"
+    elif on_mps:
+        evidence = "aten ops recorded on MPS by the runs' cases"
+    else:
+        evidence = (f"aten ops the runs' cases dispatched on {', '.join(devices)} (not MPS: MPS's "
+                    "dispatch differs where it calls kernels of its own, answered from the "
+                    "MPS-only dispatch table)")
+    report = cov.summary(kernels, evidence)
+    report.update(torch_version=files.torch_version, torch_files=files.origin,
+                  runs=[{k: r[k] for k in ("id", "device", "torch_version", "started")} for r in runs])
+    return report
+
+
 def op_statuses(db="mpsprobe.db", run=None):
     """(run, {op id: worst status over its dtypes}) of a run (default: the run picker's)."""
     from mpsprobe.db.query import matrix, runs

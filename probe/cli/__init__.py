@@ -27,6 +27,7 @@ COMMANDS = {
     "declared": "mpsprobe.cli.declared:declared",
     "findings": "mpsprobe.cli.findings:findings",
     "ops": "mpsprobe.cli.ops:ops",
+    "coverage": "mpsprobe.cli.coverage:coverage",
 }
 
 
