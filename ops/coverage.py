@@ -25,12 +25,14 @@ YAML = "native_functions.yaml"
 
 @dataclass(frozen=True)
 class MpsOnly:
-    """A function only MPS dispatches to, and what reaches it from a public call."""
+    """A function the CPU never dispatches (MPS's own, or MPS's and CUDA's), and what reaches it."""
     public: str            # the call a user writes
-    cpu_ops: tuple         # aten ops the CPU records for that call (any of them)
-    pass_: str             # the pass in which the CPU records them
-    where: str             # PyTorch's source that makes the MPS-only call
+    cpu_ops: tuple         # aten ops the CPU records for that call (any of them) ...
+    pass_: str             # ... in this pass
+    where: str             # PyTorch's source that makes the call on MPS
     condition: str = ""    # when MPS takes this path; "" for always
+    op_ids: tuple = ()     # ops whose cases make that call (when the CPU records nothing telling)
+    mps_only: bool = True  # False: CUDA has a kernel too, the CPU has none
 
 
 # Checked against PyTorch's source (torch 2.13):
@@ -39,42 +41,54 @@ class MpsOnly:
 #   mps_convolution_backward / mps_convolution_transpose_backward for the same backends.
 # - aten/src/ATen/native/RNN.cpp: lstm(input, hx, params, …) calls at::_lstm_mps for an MPS
 #   input; its derivative (tools/autograd/derivatives.yaml, _lstm_mps) is lstm_mps_backward.
+#   The CPU records its own kernel (mkldnn_rnn_layer), so the LSTM probe's cases count.
 # - aten/src/ATen/native/transformers/attention.cpp: scaled_dot_product_attention's math
 #   backend calls at::_scaled_dot_product_attention_math_for_mps on MPS when no input
 #   requires grad, dropout_p == 0 and q, k, v are contiguous and not nested.
+# - aten/src/ATen/native/layer_norm.cpp: rms_norm calls at::_fused_rms_norm on MPS when it has
+#   a weight and no input requires grad (on CUDA too); the CPU runs the composite.
 # - tools/autograd/derivatives.yaml: max_pool2d's gradient is max_pool2d_backward; only MPS
 #   dispatches max_pool2d itself (mps_max_pool2d), the CPU decomposes it into
 #   max_pool2d_with_indices, whose backward it records instead.
 # - aten/src/ATen/native/Copy.cpp: copy_ between MPS and another device calls at::_copy_from:
 #   every case moves its inputs to the target and its outputs back.
+# - _weight_int4pack_mm and _convert_weight_to_int4pack have MPS and CUDA kernels only; the CPU's
+#   are _weight_int4pack_mm_for_cpu / _convert_weight_to_int4pack_for_cpu, which the int4 probe
+#   (ops/modules.py) calls on the CPU and the others on the target.
+_CONV = "aten/src/ATen/native/Convolution.cpp"
 MPS_ONLY_DISPATCH = {
     "_mps_convolution": MpsOnly(
-        "F.conv1d/conv2d/conv3d, nn.ConvNd", ("aten::convolution",), "forward",
-        "aten/src/ATen/native/Convolution.cpp", "transposed=False"),
+        "F.conv1d/conv2d/conv3d, nn.ConvNd", ("aten::convolution",), "forward", _CONV, "transposed=False"),
     "_mps_convolution_transpose": MpsOnly(
-        "F.conv_transpose1d/2d/3d, nn.ConvTransposeNd", ("aten::convolution",), "forward",
-        "aten/src/ATen/native/Convolution.cpp", "transposed=True"),
+        "F.conv_transpose1d/2d/3d, nn.ConvTransposeNd", ("aten::convolution",), "forward", _CONV,
+        "transposed=True"),
     "mps_convolution_backward": MpsOnly(
-        "the backward of F.convNd", ("aten::convolution_backward",), "backward",
-        "aten/src/ATen/native/Convolution.cpp", "transposed=False"),
+        "the backward of F.convNd", ("aten::convolution_backward",), "backward", _CONV, "transposed=False"),
     "mps_convolution_transpose_backward": MpsOnly(
-        "the backward of F.conv_transposeNd", ("aten::convolution_backward",), "backward",
-        "aten/src/ATen/native/Convolution.cpp", "transposed=True"),
+        "the backward of F.conv_transposeNd", ("aten::convolution_backward",), "backward", _CONV,
+        "transposed=True"),
     "_lstm_mps": MpsOnly(
-        "nn.LSTM, torch.lstm", ("aten::lstm.input",), "forward", "aten/src/ATen/native/RNN.cpp"),
+        "nn.LSTM, torch.lstm", (), "forward", "aten/src/ATen/native/RNN.cpp", op_ids=("module.nn.LSTM",)),
     "lstm_mps_backward": MpsOnly(
-        "the backward of nn.LSTM", ("aten::lstm.input",), "backward",
-        "aten/src/ATen/native/RNN.cpp"),
+        "the backward of nn.LSTM", (), "backward", "aten/src/ATen/native/RNN.cpp",
+        op_ids=("module.nn.LSTM",)),
     "_scaled_dot_product_attention_math_for_mps": MpsOnly(
-        "F.scaled_dot_product_attention",
-        ("aten::_scaled_dot_product_flash_attention_for_cpu", "aten::_scaled_dot_product_attention_math"),
-        "forward", "aten/src/ATen/native/transformers/attention.cpp",
-        "no grad, dropout_p=0, contiguous q, k, v"),
+        "F.scaled_dot_product_attention", (), "forward", "aten/src/ATen/native/transformers/attention.cpp",
+        "no grad, dropout_p=0, contiguous q, k, v", op_ids=("nn.functional.scaled_dot_product_attention",)),
     "max_pool2d_backward": MpsOnly(
         "the backward of F.max_pool2d (return_indices=False), nn.MaxPool2d",
         ("aten::max_pool2d_with_indices_backward",), "backward", "tools/autograd/derivatives.yaml"),
     "_copy_from": MpsOnly(
         "tensor.to('mps') and back", ("aten::_to_copy",), "forward", "aten/src/ATen/native/Copy.cpp"),
+    "_fused_rms_norm": MpsOnly(
+        "F.rms_norm, nn.RMSNorm", (), "forward", "aten/src/ATen/native/layer_norm.cpp",
+        "a weight, no grad", op_ids=("module.nn.RMSNorm", "nn.functional.rms_norm"), mps_only=False),
+    "_weight_int4pack_mm": MpsOnly(
+        "torch._weight_int4pack_mm (weight-only int4 linear layers)", ("aten::_weight_int4pack_mm_for_cpu",),
+        "forward", "ops/modules.py int4_linear", op_ids=("module.quant.int4_weight_linear",), mps_only=False),
+    "_convert_weight_to_int4pack": MpsOnly(
+        "torch._convert_weight_to_int4pack", ("aten::_convert_weight_to_int4pack_for_cpu",),
+        "forward", "ops/modules.py int4_linear", op_ids=("module.quant.int4_weight_linear",), mps_only=False),
 }
 
 # Kernels that no case of a CPU run can speak for, and why.
@@ -131,21 +145,27 @@ def _merge(into, found):
         into.setdefault(source, set()).update(ops)
 
 
-def _reached_by(dispatched, names, pass_=None):
-    """{source: op ids} of the cases that recorded any of `names` (in `pass_`, or any)."""
+def _reached_by(dispatched, names, pass_=None, op_ids=()):
+    """{source: op ids} of the cases that recorded any of `names`, or are cases of `op_ids`
+    (in `pass_`, or any)."""
     found = {}
     for (op, p), by_source in dispatched.items():
-        if op in names and (pass_ is None or p == pass_):
+        if pass_ is not None and p != pass_:
+            continue
+        if op in names:
             _merge(found, by_source)
+        elif op_ids:
+            _merge(found, {s: ids & set(op_ids) for s, ids in by_source.items() if ids & set(op_ids)})
     return found
 
 
-def measure(kernels, dispatched, on_mps=False, read=True):
+def measure(kernels, dispatched, on_mps=False, read=True, probes=None):
     """Mark each Kernel reached or left, from `dispatched` (db.query.coverage.dispatched).
 
     `on_mps`: the runs recorded MPS's own dispatch, so MPS-only kernels are read
     as recorded; otherwise they are read through MPS_ONLY_DISPATCH's public calls.
     `read`: whether any run was read at all (if not, every kernel is left, unmeasured).
+    `probes`: {aten function: the module probe written to reach it}, to say so when it did not.
     """
     for k in kernels:
         if not read:
@@ -162,15 +182,24 @@ def measure(kernels, dispatched, on_mps=False, read=True):
             continue
         only = MPS_ONLY_DISPATCH.get(k.function)
         if only and not on_mps:
-            proxied = _reached_by(dispatched, set(only.cpu_ops), only.pass_)
+            proxied = _reached_by(dispatched, set(only.cpu_ops), only.pass_, only.op_ids)
             if proxied:
-                when = f" when {only.condition}" if only.condition else ""
                 k.reached_by = proxied
-                k.via = (f"MPS-only dispatch: {only.public} reaches it on MPS{when} "
-                         f"({only.where}); the CPU recorded {' or '.join(only.cpu_ops)} ({only.pass_})")
+                k.via = f"MPS-only dispatch: {_path(only)}"
                 continue
         k.reason = _why_left(k, on_mps)
+        if (probes or {}).get(k.function):
+            k.reason += f"; the module probe {probes[k.function]} is written to reach it: run it (--ops)"
     return kernels
+
+
+def _path(only):
+    """How a public call reaches a dispatch the CPU never makes, and what stands for it here."""
+    when = f" when {only.condition}" if only.condition else ""
+    seen = [" or ".join(only.cpu_ops) + " recorded"] if only.cpu_ops else []
+    seen += [f"a case of {' or '.join(only.op_ids)}"] if only.op_ids else []
+    return (f"{only.public} reaches it on MPS{when} ({only.where}); here: {' or '.join(seen)} "
+            f"in the {only.pass_} pass")
 
 
 def _why_left(k, on_mps):
@@ -179,8 +208,7 @@ def _why_left(k, on_mps):
         return UNREACHABLE_OFF_MAC[name]
     if name in MPS_ONLY_DISPATCH and not on_mps:
         only = MPS_ONLY_DISPATCH[name]
-        return (f"MPS-only dispatch from {only.public} ({only.where}): no case recorded "
-                f"{' or '.join(only.cpu_ops)} in its {only.pass_} pass")
+        return f"MPS-only dispatch, not reached: {_path(only)}: none"
     if "backward" in name:
         return "a backward kernel: no backward case dispatched it"
     if name.startswith("_foreach_"):
@@ -211,6 +239,7 @@ def summary(kernels, evidence):
         "by_source": by_source, "only_by_source": only_by, "by_evidence": by_via,
         "mps_only_dispatch": [
             {"function": name, "public_call": only.public, "cpu_records": list(only.cpu_ops),
+             "op_ids": list(only.op_ids), "mps_only": only.mps_only,
              "pass": only.pass_, "condition": only.condition, "source": only.where,
              "reached": any(k.reached for k in kernels if k.function == name)}
             for name, only in MPS_ONLY_DISPATCH.items()],

@@ -63,6 +63,12 @@ def load_op_db():
             if not any(fnmatch.fnmatchcase(o.name, p) for p in EXCLUDED_PATTERNS)]
 
 
+def with_module_probes(opinfos):
+    """The catalogue a sweep runs: OpInfo's ops, then the module-level probes (ops/modules.py)."""
+    from mpsprobe.ops import modules
+    return list(opinfos) + modules.probes()
+
+
 def op_key(opinfo):
     """The op's id: its OpInfo name, plus ".variant" for variant entries."""
     variant = getattr(opinfo, "variant_test_name", "") or ""
@@ -134,7 +140,7 @@ def catalogue(pattern="", opinfos=None):
     """One row per op (id, OpInfo name, variant, aten name, CPU dtypes), for
     `mpsprobe ops`: every op, or those matching `pattern` (a glob when it has *
     or ?, else a case-insensitive substring of the id or the aten name)."""
-    opinfos = load_op_db() if opinfos is None else opinfos
+    opinfos = with_module_probes(load_op_db()) if opinfos is None else opinfos
     found = []
     for o in opinfos:
         key = op_key(o)
@@ -145,7 +151,7 @@ def catalogue(pattern="", opinfos=None):
                     continue
             elif pattern.lower() not in key.lower() and pattern.lower() not in aten.lower():
                 continue
-        found.append({"op": key, "name": o.name,
+        found.append({"op": key, "name": o.name, "source": getattr(o, "source", "opinfo"),
                       "variant": getattr(o, "variant_test_name", "") or "", "aten_name": aten,
                       "dtypes": [dtype_name(d) for d in reference_dtypes(o)]})
     found.sort(key=lambda r: r["op"])
@@ -170,7 +176,7 @@ def list_pairs(ops=None, dtypes=None, opinfos=None):
                     "op": key, "name": o.name,
                     "variant": getattr(o, "variant_test_name", "") or "",
                     "aten_name": getattr(o, "aten_name", None) or o.name,
-                    "dtype": name,
+                    "dtype": name, "source": getattr(o, "source", "opinfo"),
                 })
     pairs.sort(key=lambda p: (p["op"], p["dtype"]))
     return pairs

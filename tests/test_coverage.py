@@ -112,3 +112,24 @@ def test_cli_refuses_in_one_line(run_cli, cpu_db, args, says):
     result = run_cli("coverage", *args)
     assert result.exit_code == 2 and says in result.output
     assert "Traceback" not in result.output and len(result.output.strip().splitlines()) == 1
+
+
+def test_a_dispatch_the_cpu_never_makes_is_reached_by_the_cases_of_the_op_that_makes_it():
+    # The CPU runs nn.LSTM through its own kernel; the LSTM probe's cases stand for _lstm_mps.
+    yaml = YAML + """
+- func: _lstm_mps(Tensor input) -> Tensor
+  dispatch:
+    MPS: _lstm_mps
+- func: lstm_mps_backward(Tensor grad_y) -> Tensor
+  dispatch:
+    MPS: lstm_mps_backward
+"""
+    kernels = coverage.mps_kernels(TorchFiles("9.9", "test", native_functions=yaml))
+    dispatched = {("aten::mkldnn_rnn_layer", "forward"): {"module": {"module.nn.LSTM"}},
+                  ("aten::add.Tensor", "backward"): {"opinfo": {"add"}}}
+    found = {k.function: k for k in coverage.measure(kernels, dispatched,
+                                                     probes={"lstm_mps_backward": "module.nn.LSTM"})}
+    assert found["_lstm_mps"].reached_by == {"module": {"module.nn.LSTM"}}
+    assert "RNN.cpp" in found["_lstm_mps"].via
+    assert not found["lstm_mps_backward"].reached     # no backward case of the LSTM probe
+    assert "module.nn.LSTM is written to reach it" in found["lstm_mps_backward"].reason

@@ -249,11 +249,13 @@ def coverage(report, limit):
     lines += [f"  {s:<10} {n:>4}   alone {report['only_by_source'][s]:>4}"
               for s, n in report["by_source"].items()]
     lines += ["by evidence:"] + [f"  {how:<40} {n:>4}" for how, n in sorted(report["by_evidence"].items())]
-    lines += ["", "MPS-only dispatches (only MPS calls them; the public call that reaches each, per PyTorch's source):"]
+    lines += ["", "Dispatches a CPU run never makes (MPS's own; * MPS's and CUDA's), and the public call "
+                  "that reaches each, per PyTorch's source:"]
     for d in report["mps_only_dispatch"]:
         mark = "reached" if d["reached"] else "left"
         when = f" when {d['condition']}" if d["condition"] else ""
-        lines.append(f"  {d['function']:<44} {mark:<8} {d['public_call']}{when}  [{d['source']}]")
+        name = d["function"] + ("" if d["mps_only"] else " *")
+        lines.append(f"  {name:<44} {mark:<8} {d['public_call']}{when}  [{d['source']}]")
     left = [f for f in report["functions"] if not f["reached"]]
     lines += ["", f"left: {len(left)}"]
     lines += [f"  {f['function']:<44} {f['reason']}" for f in left[:limit]]

@@ -146,7 +146,7 @@ class Worker:
     @staticmethod
     def _load_catalogue():
         from mpsprobe.ops import opinfo
-        return opinfo.load_op_db()
+        return opinfo.with_module_probes(opinfo.load_op_db())
 
     def start_pair(self, request):
         """After a killed hang, a device check first; then each pair starts from a small
@@ -235,6 +235,8 @@ class Worker:
             return 1
         options = dict(timing=self.config.get("timing", True), aten_cache=self._aten_cache.setdefault(pass_, {}),
                        modes=self.modes)
+        # A module probe may be judged by another op's rules (nn.Dropout by dropout's distribution).
+        key = getattr(op, "judge_as", None) or key
         fn = out_form(op.op) if pass_ == OUT else opinfo.variant(op, pass_)
         for index, sample in enumerate(cases):
             if case_key(index, pass_) in done:
