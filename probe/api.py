@@ -83,7 +83,7 @@ class Run:
 def probe(ops=None, dtypes=None, device="auto", samples=3, db="mpsprobe.db", *, timing=True,
           workers=0, timeout=60.0, mps_fallback=False, shard=None, torch="current",
           backend=None, resume=False, fresh=False, strict_precision=False, passes=None, select=None,
-          on_start=None, on_case=None, on_pair=None, say=None):
+          layouts=False, on_start=None, on_case=None, on_pair=None, say=None):
     """Probe ops (OpInfo names or globs; all by default) in dtypes on a device.
 
     Each case runs on the CPU and on the target in an isolated worker and is
@@ -94,7 +94,9 @@ def probe(ops=None, dtypes=None, device="auto", samples=3, db="mpsprobe.db", *, 
     `strict_precision`: run with the target's reduced-precision modes (TF32, fast
     math) off; by default they stay as the device has them, and a kernel that ran in
     one is judged against that mode's error. `passes`: which passes of each op
-    (vocabulary.PASSES, a list or "forward,backward"; default all).
+    (vocabulary.PASSES, a list or "forward,backward"; default all). `layouts`: also run each
+    forward sample with its input transposed, strided, expanded, channels_last and at a storage
+    offset (ops/layouts.py), each a case of its own whose `layout` names it.
     Callbacks: on_start(run, todo) once the run is open (run.state "running"; todo:
     the pairs still to do), on_case(pair, index, result),
     on_pair(pair, n_cases); say(text) for progress lines.
@@ -110,7 +112,7 @@ def probe(ops=None, dtypes=None, device="auto", samples=3, db="mpsprobe.db", *, 
         db_path=str(db), device=device, backend=backend, ops=_split(ops), dtypes=_split(dtypes),
         samples=samples, timing=timing, workers=workers, timeout=timeout,
         mps_fallback=mps_fallback, shard=tuple(shard) if shard else None, python=python,
-        resume=resume, fresh=fresh, strict_precision=strict_precision,
+        resume=resume, fresh=fresh, strict_precision=strict_precision, layouts=layouts,
         **({"passes": tuple(_split(passes))} if passes else {}))
     sweep = Sweep(options)
     env, pairs = sweep.prepare(select)

@@ -170,7 +170,7 @@ def filed_fallback(fell, status, kind, fields, notes):
 
 
 def run_case(op, dtype, sample, target, nondeterministic=False, timing=True, unchecked=(),
-             op_key=None, aten_cache=None, modes=None, draw_form=None):
+             op_key=None, aten_cache=None, modes=None, draw_form=None, reference=None):
     """A result dict (the results-table fields) for `op` on one SampleInput.
 
     `op_key`: the OpInfo op's key, which says how to judge it: a random sample by
@@ -180,19 +180,23 @@ def run_case(op, dtype, sample, target, nondeterministic=False, timing=True, unc
     aten ops of a sample signature are recorded once. `modes`: the target's
     precision settings (precision.current_modes), if any are to be honoured. `draw_form`:
     the form (INPLACE, OUT) `op` is, through which a random sample's draws are made.
+    `reference`: the sample the CPU reference and the truth run on, when not `sample` itself:
+    a layout variant's contiguous twin (ops/layouts.py), the same values in the layout the
+    CPU's kernels are surest of, so a CPU kernel's own layout bug is never the reference.
     """
     started = time.perf_counter()
-    cpu_args = sample_tools.call_args(sample)
+    cpu_args = sample_tools.call_args(reference if reference is not None else sample)
+    laid_args = sample_tools.call_args(sample) if reference is not None else cpu_args
     random = judge.random_sample(op_key, cpu_args) if op_key else False
     # Every copy is made before any call, in case an op writes into its inputs.
     # Moving to the target happens under the target's rules: MPS refuses float64 there.
     key = (op_key, str(dtype), sample_tools.summarize(sample))
     record_args = None
     if aten_cache is None or key not in aten_cache:
-        record_args = sample_tools.to_device(cpu_args, "cpu")
+        record_args = sample_tools.to_device(laid_args, "cpu")
     try:
-        target_args = _moved(cpu_args, target)
-        draw_args = _moved(cpu_args, target) if random else None
+        target_args = _moved(laid_args, target)
+        draw_args = _moved(laid_args, target) if random else None
     except Exception as e:
         fields = refusal(e)
         fields["reason"] = f"{REFUSED_AT_TRANSFER}: {fields['reason']}"
@@ -227,7 +231,7 @@ def run_case(op, dtype, sample, target, nondeterministic=False, timing=True, unc
         try:
             out_of_memory = False
             try:
-                target_out, target_args = _call_on_target(op, cpu_args, target_args, target)
+                target_out, target_args = _call_on_target(op, laid_args, target_args, target)
             except Exception as e:
                 if not _out_of_memory(e):
                     raise
@@ -239,8 +243,8 @@ def run_case(op, dtype, sample, target, nondeterministic=False, timing=True, unc
                 target_args = None
                 target.empty_cache()
                 notes["retried_after"] = OUT_OF_MEMORY
-                target_args = _moved(cpu_args, target)
-                target_out, target_args = _call_on_target(op, cpu_args, target_args, target)
+                target_args = _moved(laid_args, target)
+                target_out, target_args = _call_on_target(op, laid_args, target_args, target)
         except Exception as e:
             refused = refusal(e, _target_call(op, target_args), target)
             # The device's memory when it refused: an out-of-memory says how full it was.
