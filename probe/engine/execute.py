@@ -12,6 +12,7 @@ from . import classify, judge
 from .aten import recorded_once
 from .judge import NO_UNIQUE_ANSWER, REFERENCE_FAILED
 from .verdict import compare
+from .verdict import compare as compare_outputs
 from .timing import median_ms
 from .witness import witness
 
@@ -216,18 +217,19 @@ def run_case(op, dtype, sample, target, nondeterministic=False, timing=True, unc
         return _result(SKIP, "the CPU reference raised: no ground truth", reason_kind=REFERENCE_FAILED,
                        error_type=type(e).__name__, message=classify.first_line(e),
                        check_kind="none", duration_s=time.perf_counter() - started)
-    if reference is not None:
-        # A random or uninitialised output has no value to agree on: only a refusal counts.
-        disagrees = _layout_disagrees(op, laid_args, cpu_out, compare=not (random or shape_only))
-        if disagrees:
-            return _result(SKIP, disagrees[0], reason_kind=disagrees[1], check_kind="none",
-                           duration_s=time.perf_counter() - started)
     truth_out = None
     if truth_args is not None:
         try:
             truth_out = _call(op, truth_args)
         except Exception:
             truth_out = None  # float64 unsupported for this op: judge against the CPU itself
+    if reference is not None:
+        # A random or uninitialised output has no value to agree on: only a refusal counts.
+        disagrees = _layout_disagrees(op, laid_args, cpu_out, truth_out, dtype,
+                                      compare=not (random or shape_only))
+        if disagrees:
+            return _result(SKIP, disagrees[0], reason_kind=disagrees[1], check_kind="none",
+                           duration_s=time.perf_counter() - started)
     aten_ops, aten_shapes, variants, dtypes = _record_aten(op, record_args, aten_cache, key)
     fields.update(aten_ops=aten_ops, aten_variants=variants, aten_dtypes=dtypes)
 
@@ -314,45 +316,18 @@ def run_case(op, dtype, sample, target, nondeterministic=False, timing=True, unc
     return _result(status, reason, reason_kind=kind, duration_s=time.perf_counter() - started, **fields)
 
 
-# How far the CPU's answer on a layout may stray from its answer on the contiguous twin: another
-# summation order, never another element (as_strided reads the storage; a layout bug reads garbage).
-_LAYOUT_TOLERANCE = {torch.float16: 1e-2, torch.bfloat16: 5e-2, torch.float32: 1e-4,
-                     torch.complex64: 1e-4, torch.float64: 1e-9, torch.complex128: 1e-9}
-
-
-def _same_answer(a, b):
-    a_leaves, b_leaves = tree_flatten(a)[0], tree_flatten(b)[0]
-    if len(a_leaves) != len(b_leaves):
-        return False
-    for x, y in zip(a_leaves, b_leaves):
-        if not isinstance(x, torch.Tensor) or not isinstance(y, torch.Tensor):
-            if x != y:
-                return False
-            continue
-        if x.shape != y.shape or x.dtype != y.dtype:
-            return False
-        tol = _LAYOUT_TOLERANCE.get(x.dtype)
-        if tol is None:
-            if not torch.equal(x, y):
-                return False
-        else:
-            wide = torch.complex128 if x.is_complex() else torch.float64
-            if not torch.allclose(x.to(wide), y.to(wide), rtol=tol, atol=tol, equal_nan=True):
-                return False
-    return True
-
-
-def _layout_disagrees(op, laid_args, twin_out, compare=True):
+def _layout_disagrees(op, laid_args, twin_out, truth_out, dtype, compare=True):
     """(reason, reason kind) when the CPU itself cannot be the reference for a layout variant:
     it refuses the layout (a write into an expanded input), or answers otherwise than on the
-    contiguous twin (an op that reads the storage, as_strided; or a CPU kernel's own layout
-    bug): no ground truth either way. None when the CPU agrees with itself."""
+    contiguous twin by the tolerance policy itself (an op that reads the storage, as_strided;
+    ties broken otherwise; a CPU kernel's own layout bug): no ground truth either way. None when
+    the CPU agrees with itself: then a target is judged against the twin as the CPU would be."""
     try:
         own = _call(op, sample_tools.to_device(laid_args, "cpu"))
     except Exception as e:
         return (f"the CPU reference raised on this layout: no ground truth ({type(e).__name__}: "
                 f"{classify.first_line(e)[:160]})", REFERENCE_FAILED)
-    if compare and not _same_answer(own, twin_out):
+    if compare and not compare_outputs(own, twin_out, truth_out, dtype).ok:
         return ("the CPU's own answer on this layout differs from its answer on the same values laid "
                 "out contiguously (an op that reads the storage, or a CPU kernel's layout bug): no "
                 "ground truth", NO_UNIQUE_ANSWER)
