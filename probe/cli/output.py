@@ -257,6 +257,7 @@ def coverage(report, limit):
         name = d["function"] + ("" if d["mps_only"] else " *")
         lines.append(f"  {name:<44} {mark:<8} {d['public_call']}{when}  [{d['source']}]")
     left = [f for f in report["functions"] if not f["reached"]]
+    limit = max(0, limit)
     lines += ["", f"left: {len(left)}"]
     lines += [f"  {f['function']:<44} {f['reason']}" for f in left[:limit]]
     if len(left) > limit:
