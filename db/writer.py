@@ -29,7 +29,7 @@ RESULT_FIELDS = (
     "status", "check_kind", "reason", "reason_kind", "error_type", "message", "aten_op",
     "max_abs_err", "max_rel_err", "ref_abs_err", "tol_atol", "tol_rtol", "tol_factor",
     "nonfinite_mismatch", "signal", "ref_ms", "target_ms", "speedup", "duration_s",
-    "min_macos", "precision_mode", "stderr_tail",
+    "min_macos", "precision_mode", "stderr_tail", "layout",
 )
 JSON_RESULT_FIELDS = ("notes", "aten_variants", "aten_dtypes")
 # Run facts a describe() or the options may carry beyond schema 1's.
@@ -44,10 +44,12 @@ def now():
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
 
 
-def case_id(op, dtype, index, pass_=FORWARD):
-    """"op|dtype|index"; a pass other than forward is part of the id: "op|dtype|index|backward"."""
+def case_id(op, dtype, index, pass_=FORWARD, layout=None):
+    """"op|dtype|index"; a pass other than forward is part of the id: "op|dtype|index|backward";
+    a layout variant's ends in "@layout"."""
     base = f"{op}|{dtype}|{index}"
-    return base if pass_ == FORWARD else f"{base}|{pass_}"
+    base = base if pass_ == FORWARD else f"{base}|{pass_}"
+    return f"{base}@{layout}" if layout else base
 
 
 def _rows(db, sql, params=()):
@@ -132,11 +134,12 @@ class RunWriter:
             "SELECT op_id, dtype FROM pairs_done WHERE run_id = ?", [self.run_id])}
         cases = {}
         for r in self.db.query(
-                f'SELECT r.op_id, r.dtype, c.sample_index, r."{PASS_COLUMN}" AS pass_ FROM results r '
-                "JOIN cases c ON c.id = r.case_id WHERE r.run_id = ?", [self.run_id]):
+                f'SELECT r.op_id, r.dtype, c.sample_index, r."{PASS_COLUMN}" AS pass_, r.layout '
+                "FROM results r JOIN cases c ON c.id = r.case_id WHERE r.run_id = ?", [self.run_id]):
             index, pass_ = r["sample_index"], r["pass_"] or FORWARD
+            key = index if pass_ == FORWARD else f"{index}|{pass_}"
             cases.setdefault((r["op_id"], r["dtype"]), []).append(
-                index if pass_ == FORWARD else f"{index}|{pass_}")
+                f"{key}@{r['layout']}" if r["layout"] else key)
         return pairs, cases
 
     def record(self, pair, index, sample, result):
@@ -144,7 +147,8 @@ class RunWriter:
         op "name", "variant", "aten_name", "source"); result["pass"] its pass."""
         op, dtype = pair["op"], pair["dtype"]
         pass_ = result.get(PASS_COLUMN) or FORWARD
-        cid = case_id(op, dtype, index, pass_)
+        layout = result.get("layout")
+        cid = case_id(op, dtype, index, pass_, layout)
         row = {k: result.get(k) for k in RESULT_FIELDS}
         row.update({k: json.dumps(result[k], sort_keys=True) if result.get(k) is not None else None
                     for k in JSON_RESULT_FIELDS})
@@ -154,7 +158,7 @@ class RunWriter:
         row[PASS_COLUMN] = pass_
         op_row = [op, pair.get("name", op), pair.get("variant", ""), pair.get("aten_name"),
                   pair.get("source", "opinfo")]
-        self._held.append((op_row, [cid, op, dtype, index, sample, pass_], row))
+        self._held.append((op_row, [cid, op, dtype, index, sample, pass_, layout], row))
         if self._held_since is None:
             self._held_since = time.monotonic()
         if len(self._held) >= self.HOLD_ROWS or time.monotonic() - self._held_since >= self.HOLD_S:
@@ -167,8 +171,8 @@ class RunWriter:
                     "INSERT OR IGNORE INTO ops (id, name, variant, aten_name, source) VALUES (?, ?, ?, ?, ?)",
                     op_row)
             self.db.execute(
-                f'INSERT OR IGNORE INTO cases (id, op_id, dtype, sample_index, sample, "{PASS_COLUMN}") '
-                "VALUES (?, ?, ?, ?, ?, ?)", case_row)
+                f'INSERT OR IGNORE INTO cases (id, op_id, dtype, sample_index, sample, "{PASS_COLUMN}", layout) '
+                "VALUES (?, ?, ?, ?, ?, ?, ?)", case_row)
             columns = [f'"{c}"' for c in row]
             self.db.execute(
                 f"INSERT OR IGNORE INTO results ({', '.join(columns)}) "

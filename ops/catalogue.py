@@ -20,7 +20,7 @@ import zlib
 
 from mpsprobe.errors import MpsprobeError
 
-FORMAT = 1   # bump when the shape of the cached data changes
+FORMAT = 2   # bump when the shape of the cached data changes (2: each op's source)
 
 
 class CatalogueError(MpsprobeError):
@@ -136,7 +136,7 @@ def current(say=None):
         if say:
             say("loading the op catalogue (torch and its OpInfo database) …")
         from mpsprobe.ops import opinfo
-        data = opinfo.describe(opinfo.load_op_db())
+        data = opinfo.describe(opinfo.with_module_probes(opinfo.load_op_db()))
         save(build, data)
     return data
 
@@ -164,7 +164,8 @@ def search(data, pattern=""):
                     continue
             elif pattern.lower() not in key.lower() and pattern.lower() not in aten.lower():
                 continue
-        found.append({k: row[k] for k in ("op", "name", "variant", "aten_name", "dtypes")})
+        found.append(dict({k: row[k] for k in ("op", "name", "variant", "aten_name", "dtypes")},
+                          source=row.get("source", "opinfo")))
     found.sort(key=lambda r: r["op"])
     return found
 
@@ -199,6 +200,7 @@ def pairs(data, ops=None, dtypes=None, passes=None):
                 has = row["passes"].get(dtype, [])
                 found.append({"op": row["op"], "name": row["name"], "variant": row["variant"],
                               "aten_name": row["aten_name"], "dtype": dtype,
+                              "source": row.get("source", "opinfo"),
                               "passes": [p for p in has if passes is None or p in passes]})
     found.sort(key=lambda p: (p["op"], p["dtype"]))
     return found

@@ -59,6 +59,12 @@ def load_op_db():
             if not any(fnmatch.fnmatchcase(o.name, p) for p in EXCLUDED_PATTERNS)]
 
 
+def with_module_probes(opinfos):
+    """The catalogue a sweep runs: OpInfo's ops, then the module-level probes (ops/modules.py)."""
+    from mpsprobe.ops import modules
+    return list(opinfos) + modules.probes()
+
+
 def op_key(opinfo):
     """The op's id: its OpInfo name, plus ".variant" for variant entries."""
     variant = getattr(opinfo, "variant_test_name", "") or ""
@@ -103,7 +109,7 @@ def describe(opinfos):
     rows = []
     for o in opinfos:
         dtypes = reference_dtypes(o)
-        rows.append({"op": op_key(o), "name": o.name,
+        rows.append({"op": op_key(o), "name": o.name, "source": getattr(o, "source", "opinfo"),
                      "variant": getattr(o, "variant_test_name", "") or "",
                      "aten_name": getattr(o, "aten_name", None) or o.name,
                      "dtypes": [dtype_name(d) for d in dtypes],
@@ -114,13 +120,14 @@ def describe(opinfos):
 
 
 def catalogue(pattern="", opinfos=None):
-    """`mpsprobe ops`'s rows (catalogue.search), read from OpInfo."""
-    return plain.search(describe(load_op_db() if opinfos is None else opinfos), pattern)
+    """`mpsprobe ops`'s rows (catalogue.search), read from OpInfo and the module probes."""
+    return plain.search(describe(with_module_probes(load_op_db()) if opinfos is None else opinfos), pattern)
 
 
 def list_pairs(ops=None, dtypes=None, opinfos=None, passes=None):
-    """The (op, dtype) pairs to probe (catalogue.pairs), read from OpInfo."""
-    return plain.pairs(describe(load_op_db() if opinfos is None else opinfos), ops, dtypes, passes)
+    """The (op, dtype) pairs to probe (catalogue.pairs), read from OpInfo and the module probes."""
+    return plain.pairs(describe(with_module_probes(load_op_db()) if opinfos is None else opinfos),
+                       ops, dtypes, passes)
 
 
 def pair_seed(op, dtype):

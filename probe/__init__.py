@@ -30,8 +30,8 @@ from mpsprobe.errors import MpsprobeError
 __version__ = "0.1.0"
 
 _API = ("probe", "check_model", "open_db", "findings", "record_declared",
-        "record_declared_history", "build_knowledge", "merge", "migrate", "op_statuses", "Run",
-        "submit", "verify")
+        "record_declared_history", "build_knowledge", "merge", "migrate", "op_statuses", "coverage",
+        "Run", "submit", "verify")
 _SPEED = {"bench": "mpsprobe.speed", "Bench": "mpsprobe.speed", "sweep_batches": "mpsprobe.modelcheck.batches"}
 __all__ = ["MpsprobeError", "__version__", *_API, *_SPEED]
 

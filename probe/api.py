@@ -86,7 +86,8 @@ class Run:
 def probe(ops=None, dtypes=None, device="auto", samples=3, db="mpsprobe.db", *, timing=True,
           workers=0, timeout=60.0, mps_fallback=False, shard=None, torch="current",
           backend=None, resume=False, fresh=False, strict_precision=False, passes=None, select=None,
-          runner_label=None, command=None, on_start=None, on_case=None, on_pair=None, say=None):
+          runner_label=None, command=None, layouts=False, on_start=None, on_case=None, on_pair=None,
+          say=None):
     """Probe ops (OpInfo names or globs; all by default) in dtypes on a device.
 
     Each case runs on the CPU and on the target in an isolated worker and is
@@ -97,7 +98,9 @@ def probe(ops=None, dtypes=None, device="auto", samples=3, db="mpsprobe.db", *, 
     `strict_precision`: run with the target's reduced-precision modes (TF32, fast
     math) off; by default they stay as the device has them, and a kernel that ran in
     one is judged against that mode's error. `passes`: which passes of each op
-    (vocabulary.PASSES, a list or "forward,backward"; default all).
+    (vocabulary.PASSES, a list or "forward,backward"; default all). `layouts`: also run each
+    forward sample with its input transposed, strided, expanded, channels_last and at a storage
+    offset (ops/layouts.py), each a case of its own whose `layout` names it.
     Provenance: `runner_label` names the fleet machine (see `run --runner-label`);
     `command` is recorded as the command that made the run (default: this
     process's command line).
@@ -117,7 +120,7 @@ def probe(ops=None, dtypes=None, device="auto", samples=3, db="mpsprobe.db", *, 
         samples=samples, timing=timing, workers=workers, timeout=timeout,
         mps_fallback=mps_fallback, shard=tuple(shard) if shard else None, python=python,
         resume=resume, fresh=fresh, strict_precision=strict_precision, runner_label=runner_label,
-        command=command, **({"passes": tuple(_split(passes))} if passes else {}))
+        command=command, layouts=layouts, **({"passes": tuple(_split(passes))} if passes else {}))
     sweep = Sweep(options, say=say)
     env, pairs = sweep.prepare(select)
     todo = sweep.open()
@@ -349,6 +352,56 @@ def findings(db="mpsprobe.db", run=None, against=None):
         return findings_q.report(store.conn, run, against)
     finally:
         store.conn.close()
+
+
+def coverage(db=None, run_ids=(), wheel=None):
+    """Which MPS kernels the catalogue reaches, as a dict (the JSON of `mpsprobe coverage`).
+
+    The kernels are those of the installed torch (or of `wheel`, a torch wheel
+    file): native_functions.yaml's own MPS keys and Python-registered MPS kernels.
+    Reached means a recorded case of `db` dispatched it: in the runs named by
+    `run_ids` (ids or prefixes), else every catalogue run (not a model replay)
+    of that torch version. Without `db` nothing is reached, and `evidence` says so.
+    """
+    from mpsprobe.ops import coverage as cov
+    from mpsprobe.ops.declared import wheel as wheels
+    files = wheels.from_wheel(wheel) if wheel else wheels.installed()
+    if not files.native_functions:
+        raise MpsprobeError(files.missing(wheels.NATIVE_FUNCTIONS))
+    kernels = cov.mps_kernels(files)
+    runs, dispatched = [], {}
+    if db is not None:
+        from mpsprobe.db.query import coverage as coverage_q
+        if not os.path.exists(str(db)):
+            raise MpsprobeError(f"{db}: no such database")
+        store = open_db(db, readonly=True)
+        try:
+            runs = coverage_q.catalogue_runs(store.conn, files.torch_version, _split(run_ids))
+            if not runs:
+                which = (f"runs {', '.join(_split(run_ids))}" if _split(run_ids)
+                         else f"a run of torch {files.torch_version}")
+                raise MpsprobeError(f"{db} has no {which} (model replays do not count)")
+            dispatched = coverage_q.dispatched(store.conn, [r["id"] for r in runs])
+        finally:
+            store.conn.close()
+    devices = sorted({r["device"] for r in runs})
+    on_mps = bool(devices) and all(d.split(":")[0] == "mps" and not r.get("backend")
+                                   for d in devices for r in runs)
+    from mpsprobe.ops import modules
+    probes = {f: p.name for p in modules.probes() for f in p.reaches}
+    cov.measure(kernels, dispatched, on_mps=on_mps, read=bool(runs), probes=probes)
+    if not runs:
+        evidence = "none: no database given, so nothing is counted as reached (pass db=)"
+    elif on_mps:
+        evidence = "aten ops recorded on MPS by the runs' cases"
+    else:
+        evidence = (f"aten ops the runs' cases dispatched on {', '.join(devices)} (not MPS: MPS's "
+                    "dispatch differs where it calls kernels of its own, answered from the "
+                    "MPS-only dispatch table)")
+    report = cov.summary(kernels, evidence)
+    report.update(torch_version=files.torch_version, torch_files=files.origin,
+                  runs=[{k: r[k] for k in ("id", "device", "torch_version", "started")} for r in runs])
+    return report
 
 
 def op_statuses(db="mpsprobe.db", run=None):

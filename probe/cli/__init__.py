@@ -29,6 +29,7 @@ COMMANDS = {
     "ops": "mpsprobe.cli.ops:ops",
     "submit": "mpsprobe.cli.submit:submit",
     "verify": "mpsprobe.cli.verify:verify",
+    "coverage": "mpsprobe.cli.coverage:coverage",
 }
 
 

@@ -271,3 +271,34 @@ def ops_table(found, statuses=None, run=None):
         said = ""
     lines.append(f"{len(found)} ops{said}")
     return lines
+
+
+def coverage(report, limit):
+    """`mpsprobe coverage`: the figures, by source and evidence, the MPS-only dispatches, what is left."""
+    yaml_n = report["yaml_kernels"]
+    lines = [f"torch {report['torch_version']} ({report['torch_files']}): {report['kernels']} MPS kernels "
+             f"({yaml_n} in native_functions.yaml, {report['python_kernels']} registered from Python)",
+             f"evidence: {report['evidence']}"]
+    for r in report["runs"]:
+        lines.append(f"  run {r['id'][:12]}: {r['device']}, torch {r['torch_version']}, {r['started']}")
+    pct = lambda n, d: f"{n / d:.0%}" if d else "n/a"   # noqa: E731
+    lines += [f"reached: {report['reached']} of {report['kernels']} ({pct(report['reached'], report['kernels'])}); "
+              f"of the yaml's {yaml_n}: {report['yaml_reached']} ({pct(report['yaml_reached'], yaml_n)})",
+              "by source (a kernel counts under each source that reached it; alone: only that source):"]
+    lines += [f"  {s:<10} {n:>4}   alone {report['only_by_source'][s]:>4}"
+              for s, n in report["by_source"].items()]
+    lines += ["by evidence:"] + [f"  {how:<40} {n:>4}" for how, n in sorted(report["by_evidence"].items())]
+    lines += ["", "Dispatches a CPU run never makes (MPS's own; * MPS's and CUDA's), and the public call "
+                  "that reaches each, per PyTorch's source:"]
+    for d in report["mps_only_dispatch"]:
+        mark = "reached" if d["reached"] else "left"
+        when = f" when {d['condition']}" if d["condition"] else ""
+        name = d["function"] + ("" if d["mps_only"] else " *")
+        lines.append(f"  {name:<44} {mark:<8} {d['public_call']}{when}  [{d['source']}]")
+    left = [f for f in report["functions"] if not f["reached"]]
+    limit = max(0, limit)
+    lines += ["", f"left: {len(left)}"]
+    lines += [f"  {f['function']:<44} {f['reason']}" for f in left[:limit]]
+    if len(left) > limit:
+        lines.append(f"  … {len(left) - limit} more (--limit, or --json for all)")
+    return lines

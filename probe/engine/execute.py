@@ -10,8 +10,9 @@ from mpsprobe.vocabulary import FALLBACK, MISMATCH, REFUSED_AT_TRANSFER, SKIP
 from .verdict import METADATA
 from . import classify, judge, rulebook
 from .aten import recorded_once
-from .judge import REFERENCE_FAILED
+from .judge import NO_UNIQUE_ANSWER, REFERENCE_FAILED
 from .verdict import compare
+from .verdict import compare as compare_outputs
 from .timing import median_ms, wanted as timing_wanted
 from .witness import witness
 
@@ -170,7 +171,7 @@ def filed_fallback(fell, status, kind, fields, notes):
 
 
 def run_case(op, dtype, sample, target, nondeterministic=False, timing=True, unchecked=(),
-             op_key=None, aten_cache=None, modes=None, draw_form=None):
+             op_key=None, aten_cache=None, modes=None, draw_form=None, reference=None):
     """A result dict (the results-table fields) for `op` on one SampleInput.
 
     `op_key`: the OpInfo op's key, or a replayed call's aten op, which says how to
@@ -181,9 +182,13 @@ def run_case(op, dtype, sample, target, nondeterministic=False, timing=True, unc
     aten ops of a sample signature are recorded once. `modes`: the target's
     precision settings (precision.current_modes), if any are to be honoured. `draw_form`:
     the form (INPLACE, OUT) `op` is, through which a random sample's draws are made.
+    `reference`: the sample the CPU reference and the truth run on, when not `sample` itself:
+    a layout variant's contiguous twin (ops/layouts.py), the same values in the layout the
+    CPU's kernels are surest of, so a CPU kernel's own layout bug is never the reference.
     """
     started = time.perf_counter()
-    cpu_args = sample_tools.call_args(sample)
+    cpu_args = sample_tools.call_args(reference if reference is not None else sample)
+    laid_args = sample_tools.call_args(sample) if reference is not None else cpu_args
     rule, rule_args = rulebook.judged_as(op_key, cpu_args)
     random = judge.random_sample(rule, rule_args) if rule else False
     # Every copy is made before any call, in case an op writes into its inputs.
@@ -191,10 +196,10 @@ def run_case(op, dtype, sample, target, nondeterministic=False, timing=True, unc
     key = (op_key, str(dtype), sample_tools.summarize(sample))
     record_args = None
     if aten_cache is None or key not in aten_cache:
-        record_args = sample_tools.to_device(cpu_args, "cpu")
+        record_args = sample_tools.to_device(laid_args, "cpu")
     try:
-        target_args = _moved(cpu_args, target)
-        draw_args = _moved(cpu_args, target) if random else None
+        target_args = _moved(laid_args, target)
+        draw_args = _moved(laid_args, target) if random else None
     except Exception as e:
         fields = refusal(e)
         fields["reason"] = f"{REFUSED_AT_TRANSFER}: {fields['reason']}"
@@ -220,6 +225,13 @@ def run_case(op, dtype, sample, target, nondeterministic=False, timing=True, unc
             truth_out = _call(op, truth_args)
         except Exception:
             truth_out = None  # float64 unsupported for this op: judge against the CPU itself
+    if reference is not None:
+        # A random or uninitialised output has no value to agree on: only a refusal counts.
+        disagrees = _layout_disagrees(op, laid_args, cpu_out, truth_out, dtype,
+                                      compare=not (random or shape_only))
+        if disagrees:
+            return _result(SKIP, disagrees[0], reason_kind=disagrees[1], check_kind="none",
+                           duration_s=time.perf_counter() - started)
     aten_ops, aten_shapes, variants, dtypes = _record_aten(op, record_args, aten_cache, key)
     fields.update(aten_ops=aten_ops, aten_variants=variants, aten_dtypes=dtypes)
 
@@ -229,7 +241,7 @@ def run_case(op, dtype, sample, target, nondeterministic=False, timing=True, unc
         try:
             out_of_memory = False
             try:
-                target_out, target_args = _call_on_target(op, cpu_args, target_args, target)
+                target_out, target_args = _call_on_target(op, laid_args, target_args, target)
             except Exception as e:
                 if not _out_of_memory(e):
                     raise
@@ -241,8 +253,8 @@ def run_case(op, dtype, sample, target, nondeterministic=False, timing=True, unc
                 target_args = None
                 target.empty_cache()
                 notes["retried_after"] = OUT_OF_MEMORY
-                target_args = _moved(cpu_args, target)
-                target_out, target_args = _call_on_target(op, cpu_args, target_args, target)
+                target_args = _moved(laid_args, target)
+                target_out, target_args = _call_on_target(op, laid_args, target_args, target)
         except Exception as e:
             refused = refusal(e, _target_call(op, target_args), target)
             # The device's memory when it refused: an out-of-memory says how full it was.
@@ -305,6 +317,24 @@ def run_case(op, dtype, sample, target, nondeterministic=False, timing=True, unc
     notes.update(memory)
     fields["notes"] = notes or None
     return _result(status, reason, reason_kind=kind, duration_s=time.perf_counter() - started, **fields)
+
+
+def _layout_disagrees(op, laid_args, twin_out, truth_out, dtype, compare=True):
+    """(reason, reason kind) when the CPU itself cannot be the reference for a layout variant:
+    it refuses the layout (a write into an expanded input), or answers otherwise than on the
+    contiguous twin by the tolerance policy itself (an op that reads the storage, as_strided;
+    ties broken otherwise; a CPU kernel's own layout bug): no ground truth either way. None when
+    the CPU agrees with itself: then a target is judged against the twin as the CPU would be."""
+    try:
+        own = _call(op, sample_tools.to_device(laid_args, "cpu"))
+    except Exception as e:
+        return (f"the CPU reference raised on this layout: no ground truth ({type(e).__name__}: "
+                f"{classify.first_line(e)[:160]})", REFERENCE_FAILED)
+    if compare and not compare_outputs(own, twin_out, truth_out, dtype).ok:
+        return ("the CPU's own answer on this layout differs from its answer on the same values laid "
+                "out contiguously (an op that reads the storage, or a CPU kernel's layout bug): no "
+                "ground truth", NO_UNIQUE_ANSWER)
+    return None
 
 
 def _peak(before, after):

@@ -34,12 +34,14 @@ class SweepOptions:
     passes: tuple = PASSES        # which passes of each op: forward, backward, inplace, out
     runner_label: str = None      # the fleet machine running it (not part of the run's identity)
     command: str = None           # the command line recorded with the run (default: this process's)
+    layouts: bool = False         # also run each forward sample with its input in ops/layouts.py's layouts
 
     def key_fields(self):
         """The options that decide which cases a run holds (and so its identity)."""
         return {"ops": sorted(self.ops), "dtypes": sorted(self.dtypes), "samples": self.samples,
                 "mps_fallback": self.mps_fallback, "shard": list(self.shard) if self.shard else None,
                 **({"strict_precision": True} if self.strict_precision else {}),
+                **({"layouts": True} if self.layouts else {}),
                 # A forward-only run keeps the identity runs had before passes existed.
                 **({"passes": list(self.passes)} if tuple(self.passes) != (FORWARD,) else {})}
 
@@ -58,15 +60,17 @@ class SweepOptions:
             raise PlanError(f"--workers must be at least 1, or 0 for one per CPU core (got {self.workers})")
 
 
-def case_key(index, pass_=FORWARD):
+def case_key(index, pass_=FORWARD, layout=None):
     """How a recorded case is named between the sweep and its workers (the `done`
-    lists): the sample index for a forward case, "index|pass" for the others."""
-    return index if pass_ == FORWARD else f"{index}|{pass_}"
+    lists): the sample index for a forward case, "index|pass" for the others;
+    a layout variant's ends in "@layout"."""
+    key = index if pass_ == FORWARD else f"{index}|{pass_}"
+    return f"{key}@{layout}" if layout else key
 
 
 def key_index(key):
     """The sample index of a case_key."""
-    return key if isinstance(key, int) else int(str(key).split("|", 1)[0])
+    return key if isinstance(key, int) else int(str(key).split("@", 1)[0].split("|", 1)[0])
 
 
 def parse_shard(text):

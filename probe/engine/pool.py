@@ -73,6 +73,7 @@ class _Worker:
         self.task = None       # the pair being run
         self.ahead = None      # the pair it runs next, already sent (waiting in its stdin)
         self.index = None      # the case in flight (after "begin", before "result")
+        self.layout = None     # its input layout, for a layout variant
         self.stage = None      # outside a case: "health" (the device check) or "samples" (of pass_)
         self.notes = None      # the device check's notes for the results of its pair
         self.pass_ = FORWARD   # and its pass
@@ -418,6 +419,7 @@ class Pool:
         if kind == "begin":
             worker.index, worker.sample = message["index"], message["sample"]
             worker.pass_ = message.get(PASS_COLUMN, FORWARD)
+            worker.layout = message.get("layout")
             worker.stage = None
         elif kind == "stage":   # outside a case: a device check, or a pass's sample generation
             worker.stage = message["stage"]
@@ -433,7 +435,7 @@ class Pool:
                 self._device_failure(pair, "hang" if message.get("hung") else "error", message["detail"])
         elif kind == "result":
             index = message.pop("index")
-            pair["done"].append(case_key(index, message.get(PASS_COLUMN) or FORWARD))
+            pair["done"].append(case_key(index, message.get(PASS_COLUMN) or FORWARD, message.get("layout")))
             on_case(pair, index, worker.sample, self._noted(worker, message))
             worker.index = worker.sample = None
         elif kind == "pair_done":
@@ -478,6 +480,7 @@ class Pool:
             queue.appendleft(worker.ahead)
             worker.ahead = None
         pair, index, sample, pass_, stage = worker.task, worker.index, worker.sample, worker.pass_, worker.stage
+        layout = worker.layout if index is not None else None
         if pair is None:
             self._retire_dead(worker)
             return
@@ -525,7 +528,9 @@ class Pool:
                       "stderr_tail": "\n".join(lines) or None}
             result.update(_evidence(lines))
         result[PASS_COLUMN] = pass_
-        pair["done"].append(case_key(index, pass_))
+        if layout:
+            result["layout"] = layout
+        pair["done"].append(case_key(index, pass_, layout))
         on_case(pair, index, sample, self._noted(worker, result))
         queue.appendleft(pair)
 

@@ -99,7 +99,7 @@ class Sweep:
         self.config = {"device": options.device, "backend": options.backend,
                        "samples": options.samples, "timing": options.timing,
                        "strict_precision": options.strict_precision,
-                       "passes": list(options.passes),
+                       "passes": list(options.passes), "layouts": options.layouts,
                        "threads": max(1, (os.cpu_count() or 1) // size),
                        "catalogue": True}   # workers load the OpInfo database as they start
         self.pool = Pool(self.config, size=size, timeout=options.timeout,

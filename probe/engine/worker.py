@@ -152,7 +152,7 @@ class Worker:
     @staticmethod
     def _load_catalogue():
         from mpsprobe.ops import opinfo
-        return opinfo.load_op_db()
+        return opinfo.with_module_probes(opinfo.load_op_db())
 
     def start_pair(self, request):
         """After a killed hang, a device check first; then each pair starts from a small
@@ -243,19 +243,24 @@ class Worker:
                        "error_type": type(e).__name__, "message": first_line(e)})
             return 1
         options = dict(aten_cache=self._aten_cache.setdefault(pass_, {}), modes=self.modes)
+        # A module probe may be judged by another op's rules (nn.Dropout by dropout's distribution).
+        key = getattr(op, "judge_as", None) or key
         fn = out_form(op.op) if pass_ == OUT else opinfo.variant(op, pass_)
         # One case of the pass is timed: the first that passes (timing.PASSING).
         timed = not self.config.get("timing", True)
-        for index, sample in enumerate(cases):
-            if case_key(index, pass_) in done:
+        n_cases = 0
+        for index, layout, sample, reference in self._with_layouts(cases, pass_):
+            n_cases += 1
+            if case_key(index, pass_, layout) in done:
                 continue
             options["timing"] = False if timed else PASSING
-            self.send({"type": "begin", "index": index, PASS_COLUMN: pass_,
+            self.send({"type": "begin", "index": index, PASS_COLUMN: pass_, "layout": layout,
                        "sample": sample_tools.summarize(sample)})
             try:
                 with self.case():
                     if pass_ == FORWARD:
-                        result = run_case(op.op, dtype, sample, self.target, op_key=key, **options)
+                        result = run_case(op.op, dtype, sample, self.target, op_key=key, reference=reference,
+                                          **options)
                     elif pass_ == BACKWARD:
                         result = run_backward_case(op.op, dtype, sample, self.target, key, **options)
                     else:
@@ -268,8 +273,22 @@ class Worker:
                           "error_type": type(e).__name__, "message": str(e)[:500]}
             result[PASS_COLUMN] = pass_
             timed = timed or result.get("target_ms") is not None
+            if layout:
+                result["layout"] = layout
             self._hold({"type": "result", "index": index, **self.killed_notes(result)})
-        return len(cases)
+        return n_cases
+
+    def _with_layouts(self, cases, pass_):
+        """(index, layout, sample, reference) of each case of a pass: each sample as made, then, in
+        a forward pass of a sweep with layouts on, its input in each layout (ops/layouts.py), with
+        the contiguous twin the CPU reference runs on."""
+        from mpsprobe.ops import layouts
+        from mpsprobe.vocabulary import FORWARD
+        for index, sample in enumerate(cases):
+            yield index, None, sample, None
+            if pass_ == FORWARD and self.config.get("layouts"):
+                for layout, variant in layouts.variants(sample):
+                    yield index, layout, variant, layouts.reference(variant)
 
     def _hold(self, message):
         """A result: sent with the next message (send.hold), or at once where send cannot hold."""
