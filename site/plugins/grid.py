@@ -1,18 +1,21 @@
 """The compat grid (/-/grid) and the legend (/-/legend).
 
 The grid: ops as rows, torch versions as columns grouped by device and OS
-(mpsprobe.db.query.grid answers); each cell a status symbol and colour, "k of
-n" cases working when only some do, the reason kind of its worst cases, and
-hatched when only PyTorch's declaration speaks for it. The legend: every
+(mpsprobe.db.query.grid answers); each cell one answer over the dtypes in view
+(supported, partial, unsupported, unknown) with "k of n dtypes" and the notes
+that matter on hover, the reason of its worst dtype, and hatched when only
+PyTorch's declaration speaks for it. What a device lacks altogether (MPS's
+float64) is a footnote on its columns. The legend: every
 status and reason kind from mpsprobe.vocabulary, with an example from the
 database.
 """
 from datasette import hookimpl
 
 from mpsprobe.db.query import grid as grid_q, legend as legend_q
-from mpsprobe.site.common import (ask, cached, cases_url, get_database, op_url, reason_label, render,
-                                  status_symbol, url)
-from mpsprobe.vocabulary import FORWARD, PASS_COLUMN, PASSES, REASON_KIND, STATUS, STATUSES, is_status
+from mpsprobe.site.common import (ask, cached, cases_url, get_database, op_url, reason_label, refuse,
+                                  render, too_long, url)
+from mpsprobe.vocabulary import (FORWARD, PARTIAL, PASS_COLUMN, PASSES, REASON_KIND, STATUS, STATUSES, SUPPORT, SUPPORTED,
+                                 SUPPORTS, WORKING, is_status)
 
 PAGE_SIZE = 100
 
@@ -31,53 +34,84 @@ def _why(cell):
     return reason_label(cell["reason_kind"])
 
 
-def _cell(datasette, db, op_id, dtype, cell):
+def _cell(datasette, db, op_id, dtypes, cell, where):
     if cell is None:
         return None
-    status = cell["status"]
-    partial = cell["k"] is not None and 0 < cell["k"] < cell["n"]
+    answer = cell["answer"]
     if cell["declared_only"]:
         href, note = url(datasette, f"/{db.name}/declared", op_id=op_id,
                          torch_version=cell["torch_version"]), "declared, not measured"
-    elif dtype:
-        href, note = cases_url(datasette, db, cell["run_id"], op_id, dtype), ""
+    elif len(dtypes) == 1:
+        href, note = cases_url(datasette, db, cell["run_id"], op_id, dtypes[0]), ""
     else:
         href, note = url(datasette, f"/{db.name}/results", run_id=cell["run_id"], op_id=op_id), ""
-    return {"status": status, "known": is_status(status), "symbol": status_symbol(status),
-            "partial": f"{cell['k']} of {cell['n']}" if partial else "",
-            "reason": _why(cell), "declared": cell["declared_only"],
-            "href": href, "note": note, "torch_version": cell["torch_version"]}
+    count = f"{cell['k']} of {cell['n']} dtypes" if cell["n"] else ""
+    failing = [d for d, status in cell["dtypes"].items() if status not in WORKING]
+    # Under the symbol: the worst dtype's reason, else which dtypes do not work (a declaration has no reason).
+    reason = "" if answer == SUPPORTED else _why(cell) or ("not " + ", ".join(failing[:2])
+                                                            + (" …" if len(failing) > 2 else ""))
+    title = "; ".join(x for x in (f"torch {cell['torch_version']} on {where}: {answer}", count,
+                                  *cell["notes"], note) if x)
+    return {"answer": answer, "symbol": SUPPORT[answer].symbol, "status": cell["status"],
+            "partial": count if answer == PARTIAL else "", "reason": reason,
+            "declared": cell["declared_only"], "href": href, "title": title,
+            "torch_version": cell["torch_version"]}
+
+
+def _chips(datasette, params, dtypes, chosen):
+    """The dtype chips: each toggles its dtype in the view; "every dtype" clears them."""
+    chips = [{"label": "every dtype", "on": not chosen,
+              "href": url(datasette, "/-/grid", **dict(params, dtype=None))}]
+    for d in dtypes:
+        toggled = [x for x in chosen if x != d] if d in chosen else [*chosen, d]
+        chips.append({"label": d, "on": d in chosen,
+                      "href": url(datasette, "/-/grid", **dict(params, dtype=toggled or None))})
+    return chips
 
 
 @cached
 async def grid_page(datasette, request):
     db = get_database(datasette)
     args = request.args
-    op_filter, dtype = args.get("op", ""), args.get("dtype", "")
+    op_filter = args.get("op", "")
+    if too_long(op_filter):
+        return await refuse(datasette, request, "the op filter", op_filter)
+    known = await ask(db, legend_q.dtypes)
+    chosen = [d for d in dict.fromkeys(args.getlist("dtype")) if d in known]
     pass_ = args.get(PASS_COLUMN) if args.get(PASS_COLUMN) in PASSES else FORWARD
     wanted = [s for s in args.getlist("status") if is_status(s)]
     try:
         page = max(1, int(args.get("page") or 1))
     except ValueError:
         page = 1
-    found = await ask(db, grid_q.grid, _pattern(op_filter), dtype, pass_, wanted,
+    found = await ask(db, grid_q.grid, _pattern(op_filter), chosen, pass_, wanted,
                       limit=PAGE_SIZE, offset=(page - 1) * PAGE_SIZE)
+    cols = found["columns"]
     rows = [{"op_id": r["op_id"], "op_url": op_url(datasette, r["op_id"]),
              "ranges": r["ranges"],
-             "cells": [_cell(datasette, db, r["op_id"], dtype, c) for c in r["cells"]]}
+             "cells": [_cell(datasette, db, r["op_id"], chosen, c, col["label"])
+                       for c, col in zip(r["cells"], cols)]}
             for r in found["rows"]]
     pages = (found["total"] + PAGE_SIZE - 1) // PAGE_SIZE
-    params = {"op": op_filter, "dtype": dtype, PASS_COLUMN: pass_ if pass_ != FORWARD else ""}
+    params = {"op": op_filter, "dtype": chosen or None, "status": wanted or None,
+              PASS_COLUMN: pass_ if pass_ != FORWARD else ""}
+    # One footnote per text (MPS's float64 for every MPS group), numbered as the groups come.
+    texts = list(dict.fromkeys(t for l, _ in found["groups"] for t in found["footnotes"].get(l, [])))
+    marks = {l: texts.index(ts[0]) + 1 for l, ts in found["footnotes"].items()}
     return await render(datasette, request, "mpsprobe_grid.html", {
-        "title": "Compat grid", "db": db.name, "columns": found["columns"],
+        "title": "Compat grid", "db": db.name, "columns": cols,
         "groups": found["groups"], "rows": rows, "total": found["total"], "page": page,
-        "pages": pages, "op_filter": op_filter, "dtype": dtype, "pass_": pass_,
-        "passes": PASSES, "wanted": wanted,
-        "dtypes": await ask(db, legend_q.dtypes),
+        "pages": pages, "op_filter": op_filter, "chosen": chosen, "pass_": pass_,
+        "passes": PASSES, "wanted": wanted, "supports": [SUPPORT[s] for s in SUPPORTS],
+        "chips": _chips(datasette, {k: v for k, v in params.items() if k != "dtype"}, known, chosen),
+        "marks": marks, "footnotes": [(i + 1, t) for i, t in enumerate(texts)],
+        "measured_versions": {label: sum(1 for c in cols if c["label"] == label and c["run_id"])
+                              for label, _ in found["groups"]},
         "prev_url": url(datasette, "/-/grid", page=page - 1, **params) if page > 1 else None,
         "next_url": url(datasette, "/-/grid", page=page + 1, **params) if page < pages else None,
     }, data={"columns": [{"group": c["label"], "torch_version": c["torch_version"],
-                          "run_id": c["run_id"]} for c in found["columns"]],
+                          "run_id": c["run_id"]} for c in cols],
+             "dtypes": chosen, "footnotes": found["footnotes"],
              "total": found["total"], "page": page, "pages": pages,
              "rows": [{"op_id": r["op_id"], "ranges": r["ranges"], "cells": r["cells"]}
                       for r in found["rows"]]})
