@@ -21,7 +21,7 @@ from mpsprobe.db.query.runs import VIRTUAL_MACHINE, machine_kind_sql
 from mpsprobe.db.views import inline_missing, quoted, worst_status
 from mpsprobe.site import limits
 from mpsprobe.site.common import (STATUS_CSS_PATH, ask, cached, cases_url, get_database, op_url,
-                                  reason_label, render, run_label, status_badge, status_class,
+                                  reason_label, refuse, render, too_long, run_label, status_badge, status_class,
                                   status_css_page, status_symbol, template_vars, url)
 from mpsprobe.vocabulary import FALLBACK, FORWARD, PASS_COLUMN, PASSES, STATUSES, UNSUPPORTED, is_status
 
@@ -129,7 +129,9 @@ SELECT r.op_id, r.dtype, r.status, r.aten_op, r.fallback_ops, r.message, r.run_i
        r.case_id, r.pass
 FROM results_fts JOIN results r ON r.rowid = results_fts.rowid
 WHERE mpsprobe_fts(:q) != '' AND results_fts MATCH mpsprobe_fts(:q)
-ORDER BY rank LIMIT 500""",
+ORDER BY rank""",
+        # The SQL stays one click away ("show SQL"): a porter came to search, not to read it.
+        "hide_sql": True,
     },
 }
 
@@ -149,7 +151,7 @@ UNION ALL
 SELECT 'message', r.message, r.op_id, r.dtype, r.status, count(*)
 FROM results r WHERE :q != '' AND r.message LIKE '%' || :q || '%'
 GROUP BY r.message, r.op_id, r.dtype, r.status
-ORDER BY 1 DESC, 3, 4 LIMIT 500"""
+ORDER BY 1 DESC, 3, 4"""
 
 # ---------------------------------------------------------------------------- helpers
 
@@ -170,7 +172,7 @@ def matrix_row(op_id, href, cells):
     shows its status's symbol (the word is in the title and the legend). `cells`:
     (status, link already escaped for an attribute, title) or None."""
     esc = html.escape
-    parts = [f'<tr><th class="mp-op"><a href="{esc(href)}">{esc(op_id)}</a></th>']
+    parts = [f'<tr><th class="mp-op"><a href="{esc(href)}"><bdi>{esc(op_id)}</bdi></a></th>']
     for cell in cells:
         if cell is None:
             parts.append('<td class="mp-none"></td>')
@@ -207,6 +209,9 @@ async def matrix_page(datasette, request):
     runs = await ask(db, runs_q.list_runs)
     declared_choices = await ask(db, declared_q.choices)
     choice = args.get("run", "")
+    for name, what in (("op", "the op filter"), ("run", "the run")):
+        if too_long(args.get(name)):
+            return await refuse(datasette, request, what, args.get(name))
     op_like = op_pattern(args.get("op"))
     wanted = [s for s in args.getlist("status") if is_status(s)]
     pass_ = args.get(PASS_COLUMN) if args.get(PASS_COLUMN) in PASSES else FORWARD
@@ -276,6 +281,30 @@ async def matrix_page(datasette, request):
              "totals": totals, "rows": data})
 
 
+def picker_label(run):
+    """A run in the compare picker, told apart from its neighbours: what it is (sweep,
+    bench, model replay), its samples and passes, its cases, when it started."""
+    import json
+    try:
+        options = json.loads(run.get("options") or "{}")
+    except ValueError:
+        options = {}
+    options = options if isinstance(options, dict) else {}
+    source = run.get("source") or "opinfo"
+    kind = {"opinfo": "sweep", "bench": "bench (speed only)", "model": "model replay"}.get(source, source)
+    if source == "opinfo" and not run.get("has_results"):
+        kind = "sweep, no results"
+    parts = [run_label(run), kind]
+    if options.get("samples"):
+        parts.append(f"{options['samples']} samples")
+    if isinstance(options.get("passes"), list):
+        parts.append("passes " + ", ".join(map(str, options["passes"])))
+    if run.get("cases_total"):
+        parts.append(f"{run['cases_total']} cases")
+    parts.append((run.get("started") or "")[:16].replace("T", " "))
+    return " · ".join(p for p in parts if p)
+
+
 async def variants_page(datasette, request, op_id, variants):
     links = [(v, op_url(datasette, v)) for v in variants]
     return await render(datasette, request, "mpsprobe_variants.html", {
@@ -341,10 +370,10 @@ async def compare_page(datasette, request):
     runs = await ask(db, runs_q.list_runs)
     by_id = {r["id"]: r for r in runs}
     b = by_id.get(request.args.get("b"))
-    if b is None:
+    if b is None:   # default: the run picker's sweep, and the comparable sweep before it
         b, _ = await ask(db, _picked, {})
     a = by_id.get(request.args.get("a"))
-    if a is None and b is not None:  # default: the previous run on the same device
+    if a is None and b is not None:
         a = history.previous_run(runs, b)
     changes = []
     if a and b:
@@ -360,7 +389,7 @@ async def compare_page(datasette, request):
     listed = [c for c in changes if not shown or c["kind"] == shown]
     return await render(datasette, request, "mpsprobe_compare.html", {
         "title": "Compare runs", "db": db.name, "runs": runs, "a": a, "b": b,
-        "run_label": run_label, "kinds": kinds, "shown": shown,
+        "run_label": run_label, "picker_label": picker_label, "kinds": kinds, "shown": shown,
         "counts": {k: sum(c["kind"] == k for c in changes) for k in kinds},
         "changes": listed,
     }, data={"a": a and a["id"], "b": b and b["id"],
@@ -440,7 +469,7 @@ def navigation(datasette):
     """(label, href) of every page of the site, for every page (errors included)."""
     db = get_database(datasette)
     links = [("Grid", "/-/grid"), ("Matrix", "/-/matrix"), ("Compare", "/-/compare"),
-             ("Search", f"/{db.name}/search"), ("Fallbacks", f"/{db.name}/fallbacks"),
+             ("Search", plugin_page_path("search.py") or f"/{db.name}/search"), ("Fallbacks", f"/{db.name}/fallbacks"),
              ("Check ops", plugin_page_path("check_ops.py") or f"/{db.name}/check_ops"),
              ("Findings", plugin_page_path("findings.py")),
              ("Speed", plugin_page_path("speed.py")),
