@@ -272,3 +272,17 @@ def test_the_readme_links_the_page_serve_prints():
     readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
     linked = re.findall(r"mpsprobe serve mpsprobe\.db +# http://127\.0\.0\.1:8001(/-/\w+)", readme)
     assert linked and f'{{bound}}{linked[0]}"' in inspect.getsource(serve)
+
+
+def test_the_op_page_opens_with_the_mps_answer_then_other_devices_labelled(site):
+    page = html.unescape(get(site, "/-/op/abs").text)
+    headings = re.findall(r"<h2>([^<]+)</h2>", page)
+    assert headings[0] == "On MPS"
+    mps = page[page.index("<h2>On MPS</h2>"):page.index("<h3>Other devices")]
+    assert "mps · declared, not measured" in mps and "PyTorch's own lists, not measured" in mps
+    assert re.search(r'sp-partial declared" title="torch 2\.13\.0: partial; complex128: unsupported[^"]*">'
+                     r"2\.13\.0 ◐ 6 of 7 dtypes", mps)
+    assert "2.13.0+cpu" not in mps   # a CPU result is never an MPS answer
+    assert "not MPS answers" in page and "2.13.0+cpu ✓" in page[page.index("<h3>Other devices"):]
+    data = get(site, "/-/op/abs.json").json()["answers"]
+    assert [g["device"] for g in data["mps"]] == ["mps"] and [g["device"] for g in data["other_devices"]] == ["cpu"]

@@ -284,3 +284,19 @@ def newest_answers(grid_answer):
                 newest[col["label"]] = dict(cell, where=col["label"])
         summary[row["op_id"]] = list(newest.values())
     return summary
+
+
+def op_answers(conn, op_id, pass_=FORWARD):
+    """The op page's opening: [{"label", "device", "declared", "cells": [cell with
+    "torch_version"]}] per column group, as the grid answers them (MPS groups first),
+    and the groups' footnotes. Empty groups are left out."""
+    found = grid(conn, pass_=pass_, ops=[op_id])
+    groups = {}
+    for row in found["rows"]:
+        for col, cell in zip(found["columns"], row["cells"]):
+            group = groups.setdefault(col["label"], {
+                "label": col["label"], "device": declared_q.declared_device(col["group"][0]) or col["group"][0],
+                "declared": col["group"][1] == "declared", "cells": []})
+            if cell:
+                group["cells"].append(cell)
+    return {"groups": [g for g in groups.values() if g["cells"]], "footnotes": found["footnotes"]}

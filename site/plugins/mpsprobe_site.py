@@ -14,7 +14,7 @@ from markupsafe import Markup
 
 from mpsprobe.db import query
 from mpsprobe import suggestions
-from mpsprobe.db.query import (declared as declared_q, history, matrix, op as op_q,
+from mpsprobe.db.query import (declared as declared_q, grid as grid_q, history, matrix, op as op_q,
                                runs as runs_q, speed as speed_q)
 from mpsprobe.db.query.op import order_dtypes
 from mpsprobe.db.query.runs import VIRTUAL_MACHINE, machine_kind_sql
@@ -23,7 +23,8 @@ from mpsprobe.site import limits
 from mpsprobe.site.common import (STATUS_CSS_PATH, ask, cached, cases_url, get_database, op_url,
                                   reason_label, refuse, render, too_long, run_label, status_badge, status_class,
                                   status_css_page, status_symbol, template_vars, url)
-from mpsprobe.vocabulary import FALLBACK, FORWARD, PASS_COLUMN, PASSES, STATUSES, UNSUPPORTED, is_status
+from mpsprobe.vocabulary import (FALLBACK, FORWARD, PARTIAL, PASS_COLUMN, PASSES, STATUSES, SUPPORT, UNSUPPORTED,
+                                  is_status)
 
 # ---------------------------------------------------------------------------- canned queries
 
@@ -341,8 +342,14 @@ async def op_page(datasette, request):
                                                       m["dtype"], m["message"], m["min_macos"]))
                 for m in page["messages"]]
     advice = suggestions.unique(s for m in messages for s in m["suggestions"])
+    answers = await ask(db, grid_q.op_answers, op_id)
+    mps = [g for g in answers["groups"] if g["device"] == "mps"]
+    others = [g for g in answers["groups"] if g["device"] != "mps"]
     return await render(datasette, request, "mpsprobe_op.html", {
         "title": op_id, "db": db.name, "op": page["op"], "op_id": op_id, "dtypes": dtypes,
+        "mps_answers": [_answer_group(g) for g in mps], "other_answers": [_answer_group(g) for g in others],
+        "answer_notes": list(dict.fromkeys(t for ts in answers["footnotes"].values() for t in ts)),
+        "firsts_heads": FIRSTS_HEADS,
         "passes": passes, "declared": page["declared"], "releases": page["releases"],
         "firsts": page["firsts"], "notes": page["notes"], "messages": messages,
         "advice": advice, "grid_url": url(datasette, "/-/grid", op=op_id), "speed": speed,
@@ -352,7 +359,30 @@ async def op_page(datasette, request):
                                       "cells": c["cells"]} for c in page["history"][p["name"]]]
                          for p in passes},
              "releases": page["releases"], "declared": page["declared"],
-             "messages": page["messages"], "suggestions": [s._asdict() for s in advice]})
+             "messages": page["messages"], "suggestions": [s._asdict() for s in advice],
+             "answers": {"mps": mps, "other_devices": others, "footnotes": answers["footnotes"]}})
+
+
+# The first-passing-versions table in a porter's words, not the view's column names.
+FIRSTS_HEADS = {"dtype": "dtype", "device": "device", "machine_kind": "machine", "os_name": "OS",
+                "os_major": "OS version", "first_pass_torch": "first passed in torch",
+                "last_fail_torch": "last failed in torch", "passing_since_torch": "works since torch",
+                "latest_torch": "newest torch measured", "latest_status": "its status",
+                "first_seen_torch": "first measured in torch", "n_versions": "torch versions measured"}
+
+
+def _answer_group(group):
+    """One row of the op page's opening grid: a column group's answers, oldest release first."""
+    cells = []
+    for c in group["cells"]:
+        count = f"{c['k']} of {c['n']} dtypes" if c["answer"] == PARTIAL else ""
+        cells.append({"torch_version": c["torch_version"], "answer": c["answer"],
+                      "symbol": SUPPORT[c["answer"]].symbol, "count": count, "declared": c["declared_only"],
+                      "notes": c["notes"],
+                      "title": "; ".join([f"torch {c['torch_version']}: {c['answer']}", *c["notes"]]
+                                         + (["declared, not measured"] if c["declared_only"] else []))})
+    return {"label": group["label"], "declared": group["declared"], "cells": cells,
+            "newest": cells[-1] if cells else None}
 
 
 async def op_speed(datasette, db, op_id):
