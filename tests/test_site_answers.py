@@ -37,8 +37,9 @@ def _result(db, run_id, op, dtype, status, **extra):
 RTL_OP = "rtl\u202eevil"
 
 
-def build_answers_db(path):
-    """The module's database at `path` (the browser walk serves it too)."""
+def build_answers_db(path, older_sweep_and_bench=False):
+    """The module's database at `path` (the browser walk serves it too, with an older
+    CPU sweep and a newer bench run for compare to choose from)."""
     db = schema.open_db(path)
     _run(db, "cpu", "cpu", "2.13.0+cpu", "Linux", "2026-01-01")
     for op in OPS:
@@ -51,6 +52,12 @@ def build_answers_db(path):
                                        "source": "test"})
     db["declared"].insert({"torch_version": "2.13.0", "device": "mps", "op_id": RTL_OP, "dtype": "float32",
                            "status": "pass", "source": "test"})
+    if older_sweep_and_bench:
+        _run(db, "cpu-old", "cpu", "2.12.0+cpu", "Linux", "2025-06-01")
+        _result(db, "cpu-old", "abs", "float32", "unsupported")
+        db["runs"].insert({"id": "bench", "run_key": "bench", "started": "2026-06-01", "device": "cpu",
+                           "torch_version": "2.13.0+cpu", "torch_version_key": version_key("2.13.0+cpu"),
+                           "os_name": "Linux", "state": "complete", "source": "bench"})
     db.conn.close()
     return path
 
