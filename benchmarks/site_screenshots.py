@@ -17,11 +17,13 @@ The database (kept with --keep) holds:
   `--device cuda` elsewhere) merged in instead.
 
 Then `mpsprobe serve` answers and headless Chromium (tests/chromium.py) takes
-the grid, an op page (its speed curve too) and the speed page at 1400 and 390 px.
+the grid, an op page (its speed curve too), the speed page and a search at
+1400 and 390 px.
 
     python benchmarks/site_screenshots.py                                   # site/screenshots/*.png
     python benchmarks/site_screenshots.py --speed-db speed-h200.db --keep shots.db
     python benchmarks/site_screenshots.py --from shots.db                  # screenshots only
+    python benchmarks/site_screenshots.py --declared installed             # no wheel downloads
 """
 import argparse
 import json
@@ -91,7 +93,9 @@ def build(path, workdir, speed_db=None, declared_versions="2.9..2.13"):
         parts.append(part)
     if declared_versions:
         declared = os.path.join(workdir, "declared.db")
-        run("declared", "--db", declared, "--versions", declared_versions)
+        # "installed": the installed torch's own declarations (no wheel downloads).
+        run("declared", "--db", declared, *(() if declared_versions == "installed"
+                                            else ("--versions", declared_versions)))
         conn = sqlite3.connect(declared)
         ops, dtypes = OPS.split(","), DTYPES.split(",")
         with conn:
@@ -115,7 +119,8 @@ def build(path, workdir, speed_db=None, declared_versions="2.9..2.13"):
 
 
 # (file name, page, whole page down to 2600 px?): what the README shows, each at 1400 and 390 px.
-SHOTS = (("grid", "/-/grid", False), ("op", f"/-/op/{OP_PAGE}", True), ("speed", "/-/speed", True))
+SHOTS = (("grid", "/-/grid", False), ("op", f"/-/op/{OP_PAGE}", True), ("speed", "/-/speed", True),
+         ("search", "/-/search?q=conv", False))
 
 
 def screenshots(db, folder):
@@ -146,7 +151,8 @@ def main():
     parser.add_argument("--out", default=os.path.join(ROOT, "site", "screenshots"), help="folder for the PNGs")
     parser.add_argument("--speed-db", help="a database with `mpsprobe bench` ladders of a real target")
     parser.add_argument("--declared", default="2.9..2.13",
-                        help="releases whose declarations to record ('' for none)")
+                        help="releases whose declarations to record ('' for none, 'installed' for "
+                             "the installed torch's only)")
     parser.add_argument("--keep", help="save the built database here")
     parser.add_argument("--from", dest="source", help="take the screenshots of this database")
     args = parser.parse_args()

@@ -293,3 +293,18 @@ def test_the_op_page_opens_with_the_mps_answer_then_other_devices_labelled(site)
     assert "not MPS answers" in page and "2.13.0+cpu ✓" in page[page.index("<h3>Other devices"):]
     data = get(site, "/-/op/abs.json").json()["answers"]
     assert [g["device"] for g in data["mps"]] == ["mps"] and [g["device"] for g in data["other_devices"]] == ["cpu"]
+
+
+def test_the_home_page_charts_support_across_releases_per_device(answers_db, tmp_path):
+    path, db = _copy(answers_db, tmp_path, "chart.db")
+    for dtype in DTYPES:   # an op PyTorch declares for no dtype on MPS in 2.13
+        db["declared"].insert({"torch_version": "2.13.0", "device": "mps", "op_id": "never", "dtype": dtype,
+                               "status": "unsupported", "source": "test"})
+    db.conn.close()
+    page = html.unescape(get(_site(path), "/").text)
+    section = page[page.index("<h2>Support across releases</h2>"):]
+    rows = dict(re.findall(r"</span> ([^<]+?) \((?:declared|measured)\)</th><td>([^<]+)</td>", section))
+    assert rows["mps · declared, not measured"] == "2.12.0: 5 of 5 · 2.13.0: 6 of 7"
+    assert rows["cpu · Linux 15"] == "2.13.0+cpu: 5 of 5"
+    assert section.count('<polyline class="mp-series"') == 1       # a line needs two releases
+    assert 'stroke-dasharray="5 4"' in section                       # declared is drawn dashed

@@ -300,3 +300,37 @@ def op_answers(conn, op_id, pass_=FORWARD):
             if cell:
                 group["cells"].append(cell)
     return {"groups": [g for g in groups.values() if g["cells"]], "footnotes": found["footnotes"]}
+
+
+def support_by_release(conn, pass_=FORWARD):
+    """The home page's chart: per column group (MPS first), per release, how many ops
+    work in at least one dtype (supported or partial, the grid's answers over every
+    dtype less what the device lacks) of the ops it answers for.
+    [{"label", "device", "declared", "points": [{"torch_version", "working", "ops"}]}]."""
+    groups = {}
+    for col in columns(conn):
+        lacked = tuple(device_lacks(col["group"][0]))
+        skip = f"AND dtype NOT IN ({', '.join('?' for _ in lacked)})" if lacked else ""
+        if col["run_id"]:
+            found = conn.execute(f"""
+                SELECT count(*), sum(works) FROM (
+                    SELECT max(status IN ({', '.join('?' for _ in WORKING + (FALLBACK,))})
+                               AND status != ?) AS works
+                    FROM results WHERE run_id = ? AND {PASS_COLUMN} = ? {skip} GROUP BY op_id)""",
+                                 [*WORKING, FALLBACK, SKIP, col["run_id"], pass_, *lacked]).fetchone()
+        else:
+            version, device = col["declared"]
+            found = conn.execute(f"""
+                SELECT count(*), sum(works) FROM (
+                    SELECT max(status IN ({', '.join('?' for _ in WORKING + (FALLBACK,))})
+                               AND status != ?) AS works
+                    FROM declared WHERE torch_version = ? AND device = ? {skip} GROUP BY op_id)""",
+                                 [*WORKING, FALLBACK, SKIP, version, device, *lacked]).fetchone()
+        ops, working = found[0] or 0, found[1] or 0
+        if not ops:
+            continue
+        group = groups.setdefault(col["label"], {
+            "label": col["label"], "device": declared_q.declared_device(col["group"][0]) or col["group"][0],
+            "declared": col["run_id"] is None, "points": []})
+        group["points"].append({"torch_version": col["torch_version"], "working": working, "ops": ops})
+    return list(groups.values())

@@ -9,9 +9,13 @@ float64) is a footnote on its columns. The legend: every
 status and reason kind from mpsprobe.vocabulary, with an example from the
 database.
 """
+import os
+
 from datasette import hookimpl
+from markupsafe import Markup
 
 from mpsprobe.db.query import grid as grid_q, legend as legend_q
+from mpsprobe.site.charts import SHARE_COLOURS
 from mpsprobe.site.common import (ask, cached, cases_url, get_database, op_url, reason_label, refuse,
                                   render, too_long, url)
 from mpsprobe.vocabulary import (FORWARD, PARTIAL, PASS_COLUMN, PASSES, REASON_KIND, STATUS, STATUSES, SUPPORT, SUPPORTED,
@@ -133,6 +137,45 @@ async def legend_page(datasette, request):
               "reason_kinds": [{"name": r.name, "label": r.label, "meaning": r.meaning,
                                 "statuses": list(r.statuses)}
                                for r in REASON_KIND.values()]})
+
+
+# The home page's chart per served file and modification time: its queries read every run.
+_CHART = {}
+
+
+async def support_chart(datasette):
+    """The home page's chart of support across releases, with its numbers as a table."""
+    from mpsprobe.site.charts import svg_share_chart
+    from mpsprobe.versions import sort_key
+    db = get_database(datasette)
+    key = None if db.is_mutable or not db.path else (db.path, os.path.getmtime(db.path))
+    if key is None or key not in _CHART:
+        groups = await ask(db, grid_q.support_by_release)
+        groups = [g for g in groups if g["points"]]
+        # One x position per release: 2.13.0 and 2.13.0+cpu are the same release.
+        def release(version):
+            return version.split("+", 1)[0]
+        versions = sorted({release(p["torch_version"]) for g in groups for p in g["points"]}, key=sort_key)
+        series = [(g["label"], g["declared"], {release(p["torch_version"]): p["working"] / p["ops"]
+                                                for p in g["points"]}) for g in groups]
+        title = "Share of ops that work in at least one dtype, per torch release"
+        answer = {"svg": Markup(svg_share_chart(series, versions, title=title)), "groups": groups,
+                  "title": title, "colours": list(SHARE_COLOURS)}
+        if key is None:
+            return answer
+        _CHART.clear()
+        _CHART[key] = answer
+    return _CHART[key]
+
+
+@hookimpl
+def extra_template_vars(template, datasette):
+    if template != "index.html":
+        return {}
+
+    async def chart():
+        return {"mpsprobe_chart": await support_chart(datasette)}
+    return chart
 
 
 @hookimpl
