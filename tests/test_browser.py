@@ -269,3 +269,14 @@ def test_a_100000_character_filter_is_a_400_with_a_message(answers_server, path)
     except urllib.error.HTTPError as e:
         assert e.code == 400
         assert "100000 characters long; at most 500 are accepted" in e.read().decode()
+
+
+def test_a_click_on_a_column_header_sorts_the_table(answers_server, browser):
+    browser.open(f"{answers_server}/-/search?q=n", 1400)
+    ops = "JSON.stringify([...document.querySelectorAll('table.mp-search tbody th a')].map(a => a.textContent))"
+    before = browser.evaluate(ops)
+    assert len(before) > 2 and before != sorted(before)   # best match first, not alphabetical
+    browser.evaluate("JSON.stringify((document.querySelector('table.mp-search thead th button').click(), true))")
+    assert browser.evaluate(ops) == sorted(before, key=str.lower)
+    browser.evaluate("JSON.stringify((document.querySelector('table.mp-search thead th button').click(), true))")
+    assert browser.evaluate(ops) == sorted(before, key=str.lower, reverse=True)

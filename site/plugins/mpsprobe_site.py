@@ -477,6 +477,12 @@ def render_cell(value, column, table, datasette):
 
 
 @hookimpl
+def extra_js_urls(datasette):
+    # Sortable columns on the tables that ask for them (class mp-sortable), loaded after the page.
+    return [{"url": datasette.urls.path("/mpsprobe-static/sortable.js"), "module": True}]
+
+
+@hookimpl
 def extra_css_urls(datasette):
     # The status colours first (made from the vocabulary), then the site's own CSS that uses them.
     return [datasette.urls.path(STATUS_CSS_PATH), datasette.urls.path("/mpsprobe-static/site.css")]
