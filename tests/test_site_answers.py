@@ -308,3 +308,20 @@ def test_the_home_page_charts_support_across_releases_per_device(answers_db, tmp
     assert rows["cpu · Linux 15"] == "2.13.0+cpu: 5 of 5"
     assert section.count('<polyline class="mp-series"') == 1       # a line needs two releases
     assert 'stroke-dasharray="5 4"' in section                       # declared is drawn dashed
+
+
+def test_a_refusal_on_the_op_page_links_to_where_pytorch_says_it(answers_db, tmp_path):
+    path, db = _copy(answers_db, tmp_path, "messages.db")
+    _run(db, "mps", "mps", "2.13.0", "macOS", "2026-02-01")
+    message = ("The operator 'aten::abs.out' is not currently implemented for the MPS device. If you want "
+               "this op to be added in priority during the prototype phase of this feature, please comment on "
+               "https://github.com/pytorch/pytorch/issues/77764.")
+    _result(db, "mps", "abs", "float16", "unsupported", message=message, reason_kind="no_kernel",
+            aten_op="aten::abs.out")
+    db.conn.close()
+    from mpsprobe.engine.messages import match_family
+    family, _ = match_family(message)
+    page = html.unescape(get(_site(path), "/-/op/abs").text)
+    row = re.search(r"<code><bdi>The operator 'aten::abs\.out'.*?</td>", page, re.S).group(0)
+    expected = family.reports[0] if family.reports else "https://github.com/pytorch/pytorch/blob/"
+    assert f'<a href="{expected}' in row

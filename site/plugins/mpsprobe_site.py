@@ -336,7 +336,7 @@ async def op_page(datasette, request):
             "cells": [(c["cells"].get(d), cases_url(datasette, db, c["run"]["id"], op_id, d))
                       for d in dtypes],
         } for c in configurations]})
-    messages = [dict(m, reason_label=reason_label(m["reason_kind"]),
+    messages = [dict(m, reason_label=reason_label(m["reason_kind"]), source=message_source(m["message"]),
                      where=m["device"] + (f" · {VIRTUAL_MACHINE}" if m["machine_kind"] == VIRTUAL_MACHINE else ""),
                      suggestions=suggestions.for_case(op_id, m["status"], m["reason_kind"],
                                                       m["dtype"], m["message"], m["min_macos"]))
@@ -369,6 +369,23 @@ FIRSTS_HEADS = {"dtype": "dtype", "device": "device", "machine_kind": "machine",
                 "last_fail_torch": "last failed in torch", "passing_since_torch": "works since torch",
                 "latest_torch": "newest torch measured", "latest_status": "its status",
                 "first_seen_torch": "first measured in torch", "n_versions": "torch versions measured"}
+
+
+def message_source(text):
+    """(label, URL) of where a message comes from, from the message catalogue: the public
+    report it was copied from, else the PyTorch file that raises it at the newest tag seen."""
+    from mpsprobe.engine.messages import match_family
+    family, _ = match_family(text)
+    if family is None:
+        return None
+    if family.reports:
+        url = family.reports[0]
+        return (f"PyTorch issue #{url.rsplit('/', 1)[-1]}" if "/issues/" in url else "report", url)
+    for path, tags in family.sources:
+        if tags:
+            return (f"PyTorch {tags[-1]}: {path.rsplit('/', 1)[-1]}",
+                    f"https://github.com/pytorch/pytorch/blob/{tags[-1]}/{path}")
+    return None
 
 
 def _answer_group(group):
