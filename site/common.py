@@ -155,7 +155,7 @@ async def refuse(datasette, request, what, text):
     """A 400 page (or JSON) that says in one line why a query string was refused."""
     message = f"{what} is {len(text)} characters long; at most {MAX_FILTER} are accepted"
     if request.path.endswith(".json"):
-        return Response.json({"ok": False, "error": message}, status=400)
+        return Response.json({"ok": False, "refused": message}, status=400)
     body = await datasette.render_template("mpsprobe_refused.html", dict(
         template_vars(), title="Refused", message=message), request=request)
     return Response.html(body, status=400)

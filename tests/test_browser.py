@@ -207,7 +207,7 @@ def test_screenshots_of_the_grid_and_an_op_page(server, browser, tmp_path):
 
 @pytest.fixture(scope="module")
 def answers_server(tmp_path_factory):
-    from test_site_answers import build_answers_db
+    from answers_db import build_answers_db
     db = build_answers_db(tmp_path_factory.mktemp("answers") / "answers.db", older_sweep_and_bench=True)
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "mpsprobe", "serve", str(db), "--port", str(port)],

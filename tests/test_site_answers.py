@@ -15,51 +15,7 @@ from mpsprobe.db import schema
 from mpsprobe.site import make_datasette
 from mpsprobe.versions import version_key
 
-DTYPES = ("bool", "int64", "float16", "bfloat16", "float32", "float64", "complex64", "complex128")
-NOT_DECLARED = ("float64", "complex128")
-OPS = ("abs", "add", "nn.functional.batch_norm", "nn.functional.conv2d", "only_half")
-
-
-def _run(db, run_id, device, torch, os_name, started):
-    db["runs"].insert({"id": run_id, "run_key": run_id, "started": started, "device": device,
-                       "torch_version": torch, "torch_version_key": version_key(torch),
-                       "os_name": os_name, "os_version": "15.3", "state": "complete", "source": "opinfo"})
-
-
-def _result(db, run_id, op, dtype, status, **extra):
-    case = f"{op}|{dtype}|0"
-    db["cases"].insert({"id": case, "op_id": op, "dtype": dtype, "sample_index": 0}, ignore=True)
-    db["results"].insert(dict({"run_id": run_id, "case_id": case, "op_id": op, "dtype": dtype,
-                               "status": status, "pass": "forward"}, **extra))
-
-
-# A right-to-left override in an op id: shown isolated (<bdi>), it cannot flip the text around it.
-RTL_OP = "rtl\u202eevil"
-
-
-def build_answers_db(path, older_sweep_and_bench=False):
-    """The module's database at `path` (the browser walk serves it too, with an older
-    CPU sweep and a newer bench run for compare to choose from)."""
-    db = schema.open_db(path)
-    _run(db, "cpu", "cpu", "2.13.0+cpu", "Linux", "2026-01-01")
-    for op in OPS:
-        db["ops"].insert({"id": op, "name": op.rsplit(".", 1)[-1], "aten_name": op.rsplit(".", 1)[-1]})
-        for dtype in (("float16",) if op == "only_half" else DTYPES):
-            _result(db, "cpu", op, dtype, "pass")
-            for version in ("2.12.0", "2.13.0"):
-                db["declared"].insert({"torch_version": version, "device": "mps", "op_id": op, "dtype": dtype,
-                                       "status": "unsupported" if dtype in NOT_DECLARED else "pass",
-                                       "source": "test"})
-    db["declared"].insert({"torch_version": "2.13.0", "device": "mps", "op_id": RTL_OP, "dtype": "float32",
-                           "status": "pass", "source": "test"})
-    if older_sweep_and_bench:
-        _run(db, "cpu-old", "cpu", "2.12.0+cpu", "Linux", "2025-06-01")
-        _result(db, "cpu-old", "abs", "float32", "unsupported")
-        db["runs"].insert({"id": "bench", "run_key": "bench", "started": "2026-06-01", "device": "cpu",
-                           "torch_version": "2.13.0+cpu", "torch_version_key": version_key("2.13.0+cpu"),
-                           "os_name": "Linux", "state": "complete", "source": "bench"})
-    db.conn.close()
-    return path
+from answers_db import DTYPES, OPS, RTL_OP, add_result, add_run, build_answers_db
 
 
 @pytest.fixture(scope="module")
@@ -141,9 +97,9 @@ def test_since_badges_only_where_more_than_one_version_was_measured(site, answer
     path = tmp_path / "two.db"
     shutil.copy(answers_db, path)
     db = schema.open_db(path)
-    _run(db, "cpu-old", "cpu", "2.12.0+cpu", "Linux", "2025-06-01")
+    add_run(db, "cpu-old", "cpu", "2.12.0+cpu", "Linux", "2025-06-01")
     for op in OPS:
-        _result(db, "cpu-old", op, "float16", "pass")
+        add_result(db, "cpu-old", op, "float16", "pass")
     db.conn.close()
     ds = make_datasette(path)
     asyncio.run(ds.invoke_startup())
@@ -228,8 +184,8 @@ def test_the_canned_search_hides_its_sql_and_has_no_silent_cap(site):
 
 def test_compare_defaults_to_two_sweeps_of_one_device_kind_never_a_bench_run(answers_db, tmp_path):
     path, db = _copy(answers_db, tmp_path, "compare.db")
-    _run(db, "cpu-old", "cpu", "2.12.0+cpu", "Linux", "2025-06-01")
-    _result(db, "cpu-old", "abs", "float32", "unsupported")
+    add_run(db, "cpu-old", "cpu", "2.12.0+cpu", "Linux", "2025-06-01")
+    add_result(db, "cpu-old", "abs", "float32", "unsupported")
     db["runs"].insert({"id": "bench", "run_key": "bench", "started": "2026-06-01", "device": "cpu",
                        "torch_version": "2.13.0+cpu", "torch_version_key": version_key("2.13.0+cpu"),
                        "os_name": "Linux", "state": "complete", "source": "bench"})
@@ -312,11 +268,11 @@ def test_the_home_page_charts_support_across_releases_per_device(answers_db, tmp
 
 def test_a_refusal_on_the_op_page_links_to_where_pytorch_says_it(answers_db, tmp_path):
     path, db = _copy(answers_db, tmp_path, "messages.db")
-    _run(db, "mps", "mps", "2.13.0", "macOS", "2026-02-01")
+    add_run(db, "mps", "mps", "2.13.0", "macOS", "2026-02-01")
     message = ("The operator 'aten::abs.out' is not currently implemented for the MPS device. If you want "
                "this op to be added in priority during the prototype phase of this feature, please comment on "
                "https://github.com/pytorch/pytorch/issues/77764.")
-    _result(db, "mps", "abs", "float16", "unsupported", message=message, reason_kind="no_kernel",
+    add_result(db, "mps", "abs", "float16", "unsupported", message=message, reason_kind="no_kernel",
             aten_op="aten::abs.out")
     db.conn.close()
     from mpsprobe.engine.messages import match_family
