@@ -125,14 +125,18 @@ def _declared(conn, wanted, op_like, dtypes, only=None):
     some = f"AND op_id IN ({', '.join('?' for _ in only)})" if only is not None else ""
     in_dtypes, dtype_args = _dtype_clause(dtypes)
     found = defaultdict(dict)
-    for version, device in wanted:
-        for r in rows(conn, f"""SELECT op_id, dtype, status FROM declared
-                                WHERE torch_version = ? AND device = ? AND (? = '' OR op_id LIKE ?)
-                                  {in_dtypes} {some}""",
-                      [version, device, op_like, op_like, *dtype_args, *(only or [])]):
+    # One pass over the page's ops (the op_id index), every wanted release at once:
+    # a query per release read the same ops' rows once per release.
+    devices = sorted({device for _, device in wanted})
+    for r in rows(conn, f"""SELECT torch_version, device, op_id, dtype, status FROM declared
+                            WHERE device IN ({', '.join('?' for _ in devices)}) AND (? = '' OR op_id LIKE ?)
+                              {in_dtypes} {some}""",
+                  [*devices, op_like, op_like, *dtype_args, *(only or [])]):
+        if (r["torch_version"], r["device"]) in wanted:
+            version, device = r["torch_version"], r["device"]
             by_dtype = found[(version, device), r["op_id"]]
             earlier = by_dtype.get(r["dtype"], {}).get("status")
-            status = worst([s for s in (earlier, r["status"]) if s]) or r["status"]
+            status = worst([x for x in (earlier, r["status"]) if x]) or r["status"]
             by_dtype[r["dtype"]] = {"status": status, "reason_kind": None, "min_macos": None}
     return found
 
