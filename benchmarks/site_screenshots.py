@@ -24,6 +24,7 @@ the grid, an op page (its speed curve too), the speed page and a search at
     python benchmarks/site_screenshots.py --speed-db speed-h200.db --keep shots.db
     python benchmarks/site_screenshots.py --from shots.db                  # screenshots only
     python benchmarks/site_screenshots.py --declared installed             # no wheel downloads
+    python benchmarks/site_screenshots.py --from shots.db --pages grid,op,search
 """
 import argparse
 import json
@@ -123,7 +124,7 @@ SHOTS = (("grid", "/-/grid", False), ("op", f"/-/op/{OP_PAGE}", True), ("speed",
          ("search", "/-/search?q=conv", False))
 
 
-def screenshots(db, folder):
+def screenshots(db, folder, pages=None):
     from chromium import Browser, free_port, wait_for
     port = free_port()
     server = subprocess.Popen([sys.executable, "-m", "mpsprobe", "serve", db, "--port", str(port)],
@@ -134,6 +135,8 @@ def screenshots(db, folder):
         wait_for(base + "/-/legend", server, "mpsprobe serve")
         browser = Browser(tempfile.mkdtemp(prefix="chromium-"), hide_scrollbars=True)
         for name, path, full in SHOTS:
+            if pages and name not in pages:
+                continue
             for width, label in ((1400, "desktop"), (390, "phone")):
                 browser.open(base + path, width)
                 shot = os.path.join(folder, f"{name}-{label}.png")
@@ -155,6 +158,7 @@ def main():
                              "the installed torch's only)")
     parser.add_argument("--keep", help="save the built database here")
     parser.add_argument("--from", dest="source", help="take the screenshots of this database")
+    parser.add_argument("--pages", help="only these shots, e.g. grid,op,search (default: all)")
     args = parser.parse_args()
     db = args.source
     if not db:
@@ -164,7 +168,7 @@ def main():
             os.remove(db)
         build(db, workdir, args.speed_db, args.declared)
     os.makedirs(args.out, exist_ok=True)
-    screenshots(db, args.out)
+    screenshots(db, args.out, args.pages and args.pages.split(","))
 
 
 if __name__ == "__main__":

@@ -63,7 +63,7 @@ def test_float64_is_a_footnote_on_mps_not_a_cross_unless_picked(site):
     [(label, [note])] = data["footnotes"].items()
     assert label.startswith("mps") and "float64" in note
     page = html.unescape(get(site, "/-/grid").text)
-    assert '<sup><a href="#fn-1"' in page and '<li id="fn-1" value="1">MPS has no float64' in page
+    assert "<sup><a href=\"#fn-1\"" in page and '<li id="fn-1" value="1">MPS has no float64' in page
     picked = get(site, "/-/grid.json?dtype=float64").json()
     assert picked["footnotes"] == {}
     assert cell(picked, "abs", "mps", "2.13.0")["answer"] == "unsupported"

@@ -169,6 +169,15 @@ DEVICE_LACKS = {"mps": {"float64": "MPS has no float64: the framework refuses it
                                    "Cells leave it out unless float64 is picked."}}
 
 
+def dtypes(conn):
+    """Every dtype measured or declared, in the matrix's order: the grid's chips (a cell's
+    note can name a dtype only declared, such as complex128)."""
+    found = {r[0] for r in conn.execute("SELECT DISTINCT dtype FROM cases")}
+    if "declared" in present(conn):
+        found |= {r[0] for r in conn.execute("SELECT DISTINCT dtype FROM declared")}
+    return order_dtypes(found - {None})
+
+
 def device_lacks(device):
     """{dtype: footnote} of what a device kind cannot do at all (a run's device, or a declaration's)."""
     return DEVICE_LACKS.get(declared_q.declared_device(device) or device, {})

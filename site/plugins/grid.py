@@ -80,7 +80,7 @@ async def grid_page(datasette, request):
     op_filter = args.get("op", "")
     if too_long(op_filter):
         return await refuse(datasette, request, "the op filter", op_filter)
-    known = await ask(db, legend_q.dtypes)
+    known = await ask(db, grid_q.dtypes)
     chosen = [d for d in dict.fromkeys(args.getlist("dtype")) if d in known]
     pass_ = args.get(PASS_COLUMN) if args.get(PASS_COLUMN) in PASSES else FORWARD
     wanted = [s for s in args.getlist("status") if is_status(s)]
