@@ -241,7 +241,7 @@ def test_compare_lists_only_differing_cells_with_regressions_and_fixes(ds, site_
     a, b = db_cells(site_db, cpu), db_cells(site_db, fake)
     differing = {k for k in a.keys() | b.keys() if a.get(k) != b.get(k)}
     page = get(ds, f"/-/compare?a={cpu}&b={fake}").text
-    shown = re.findall(r'<tr class="mp-(\w+)"><th><a href="[^"]+">([^<]+)</a></th><td>(\w+)</td>', page)
+    shown = re.findall(r'<tr class="mp-(\w+)"><th><a href="[^"]+"><bdi>([^<]+)</bdi></a></th><td>(\w+)</td>', page)
     assert {(op, dtype) for _, op, dtype in shown} == differing
     for kind, op, dtype in shown:
         before, after = a.get((op, dtype)), b.get((op, dtype))
@@ -250,7 +250,7 @@ def test_compare_lists_only_differing_cells_with_regressions_and_fixes(ds, site_
     # The other way round, every regression becomes a fix.
     back = get(ds, f"/-/compare?a={fake}&b={cpu}").text
     back_kinds = dict(((op, dt), k) for k, op, dt in re.findall(
-        r'<tr class="mp-(\w+)"><th><a href="[^"]+">([^<]+)</a></th><td>(\w+)</td>', back))
+        r'<tr class="mp-(\w+)"><th><a href="[^"]+"><bdi>([^<]+)</bdi></a></th><td>(\w+)</td>', back))
     for kind, op, dtype in shown:
         if kind == "regression":
             assert back_kinds[(op, dtype)] == "fix"
