@@ -128,16 +128,13 @@ def _declared(conn, wanted, op_like, dtypes, only=None):
     # One pass over the page's ops (the op_id index), every wanted release at once:
     # a query per release read the same ops' rows once per release.
     devices = sorted({device for _, device in wanted})
-    for r in rows(conn, f"""SELECT torch_version, device, op_id, dtype, status FROM declared
-                            WHERE device IN ({', '.join('?' for _ in devices)}) AND (? = '' OR op_id LIKE ?)
-                              {in_dtypes} {some}""",
-                  [*devices, op_like, op_like, *dtype_args, *(only or [])]):
-        if (r["torch_version"], r["device"]) in wanted:
-            version, device = r["torch_version"], r["device"]
-            by_dtype = found[(version, device), r["op_id"]]
-            earlier = by_dtype.get(r["dtype"], {}).get("status")
-            status = worst([x for x in (earlier, r["status"]) if x]) or r["status"]
-            by_dtype[r["dtype"]] = {"status": status, "reason_kind": None, "min_macos": None}
+    # (torch_version, device, op_id, dtype) is the table's key: one status each.
+    for version, device, op_id, dtype, status in conn.execute(
+            f"""SELECT torch_version, device, op_id, dtype, status FROM declared
+                WHERE device IN ({', '.join('?' for _ in devices)}) AND (? = '' OR op_id LIKE ?)
+                  {in_dtypes} {some}""", [*devices, op_like, op_like, *dtype_args, *(only or [])]):
+        if (version, device) in wanted:
+            found[(version, device), op_id][dtype] = {"status": status, "reason_kind": None, "min_macos": None}
     return found
 
 
@@ -205,15 +202,16 @@ def support(by_dtype):
         answer = PARTIAL
     else:
         answer = NO_SUPPORT
-    notes = [n for d in order_dtypes(known) for n in [_note(d, known[d])] if n]
-    unknown = [d for d in order_dtypes(by_dtype) if d not in known]
+    ordered = order_dtypes(by_dtype)
+    notes = [n for d in ordered if d in known for n in [_note(d, known[d])] if n]
+    unknown = [d for d in ordered if d not in known]
     if unknown and known:
         notes.append(f"no verdict in {', '.join(unknown)}")
     worst_dtype = max(by_dtype, key=lambda d: status_rank_of(by_dtype[d]["status"]))
     return {"answer": answer, "k": len(works), "n": len(known), "status": by_dtype[worst_dtype]["status"],
             "reason_kind": by_dtype[worst_dtype].get("reason_kind"),
             "min_macos": by_dtype[worst_dtype].get("min_macos"),
-            "dtypes": {d: by_dtype[d]["status"] for d in order_dtypes(by_dtype)}, "notes": notes}
+            "dtypes": {d: by_dtype[d]["status"] for d in ordered}, "notes": notes}
 
 
 def status_rank_of(status):
