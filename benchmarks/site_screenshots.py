@@ -17,11 +17,14 @@ The database (kept with --keep) holds:
   `--device cuda` elsewhere) merged in instead.
 
 Then `mpsprobe serve` answers and headless Chromium (tests/chromium.py) takes
-the grid, an op page (its speed curve too) and the speed page at 1400 and 390 px.
+the grid, an op page (its speed curve too), the speed page and a search at
+1400 and 390 px.
 
     python benchmarks/site_screenshots.py                                   # site/screenshots/*.png
     python benchmarks/site_screenshots.py --speed-db speed-h200.db --keep shots.db
     python benchmarks/site_screenshots.py --from shots.db                  # screenshots only
+    python benchmarks/site_screenshots.py --declared installed             # no wheel downloads
+    python benchmarks/site_screenshots.py --from shots.db --pages grid,op,search
 """
 import argparse
 import json
@@ -91,7 +94,9 @@ def build(path, workdir, speed_db=None, declared_versions="2.9..2.13"):
         parts.append(part)
     if declared_versions:
         declared = os.path.join(workdir, "declared.db")
-        run("declared", "--db", declared, "--versions", declared_versions)
+        # "installed": the installed torch's own declarations (no wheel downloads).
+        run("declared", "--db", declared, *(() if declared_versions == "installed"
+                                            else ("--versions", declared_versions)))
         conn = sqlite3.connect(declared)
         ops, dtypes = OPS.split(","), DTYPES.split(",")
         with conn:
@@ -115,10 +120,11 @@ def build(path, workdir, speed_db=None, declared_versions="2.9..2.13"):
 
 
 # (file name, page, whole page down to 2600 px?): what the README shows, each at 1400 and 390 px.
-SHOTS = (("grid", "/-/grid", False), ("op", f"/-/op/{OP_PAGE}", True), ("speed", "/-/speed", True))
+SHOTS = (("grid", "/-/grid", False), ("op", f"/-/op/{OP_PAGE}", True), ("speed", "/-/speed", True),
+         ("search", "/-/search?q=conv", False))
 
 
-def screenshots(db, folder):
+def screenshots(db, folder, pages=None):
     from chromium import Browser, free_port, wait_for
     port = free_port()
     server = subprocess.Popen([sys.executable, "-m", "mpsprobe", "serve", db, "--port", str(port)],
@@ -129,6 +135,8 @@ def screenshots(db, folder):
         wait_for(base + "/-/legend", server, "mpsprobe serve")
         browser = Browser(tempfile.mkdtemp(prefix="chromium-"), hide_scrollbars=True)
         for name, path, full in SHOTS:
+            if pages and name not in pages:
+                continue
             for width, label in ((1400, "desktop"), (390, "phone")):
                 browser.open(base + path, width)
                 shot = os.path.join(folder, f"{name}-{label}.png")
@@ -146,9 +154,11 @@ def main():
     parser.add_argument("--out", default=os.path.join(ROOT, "site", "screenshots"), help="folder for the PNGs")
     parser.add_argument("--speed-db", help="a database with `mpsprobe bench` ladders of a real target")
     parser.add_argument("--declared", default="2.9..2.13",
-                        help="releases whose declarations to record ('' for none)")
+                        help="releases whose declarations to record ('' for none, 'installed' for "
+                             "the installed torch's only)")
     parser.add_argument("--keep", help="save the built database here")
     parser.add_argument("--from", dest="source", help="take the screenshots of this database")
+    parser.add_argument("--pages", help="only these shots, e.g. grid,op,search (default: all)")
     args = parser.parse_args()
     db = args.source
     if not db:
@@ -158,7 +168,7 @@ def main():
             os.remove(db)
         build(db, workdir, args.speed_db, args.declared)
     os.makedirs(args.out, exist_ok=True)
-    screenshots(db, args.out)
+    screenshots(db, args.out, args.pages and args.pages.split(","))
 
 
 if __name__ == "__main__":

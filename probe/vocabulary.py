@@ -199,3 +199,29 @@ FAILED = (MISMATCH,) + BROKEN
 # The column of results (and of the roll-up views) that names a case's pass.
 # Its name is also a status word, so code spells it through this constant.
 PASS_COLUMN = "pass"
+
+
+# -- what a grid cell answers for an op on one release of one device -----------
+# One word over the dtypes in view, as MDN and caniuse answer per browser and
+# version: each dtype works (every case native and correct, or without ground
+# truth), fails, or is unknown; fallback to the CPU is partial support.
+
+@dataclass(frozen=True)
+class Support:
+    name: str
+    symbol: str
+    colours: str     # the status whose colours it borrows
+    meaning: str
+
+
+SUPPORTED, PARTIAL, NO_SUPPORT, UNKNOWN_SUPPORT = "supported", "partial", UNSUPPORTED, UNKNOWN
+_SUPPORTS = (
+    Support(SUPPORTED, STATUS[PASS].symbol, PASS, "Works natively and correctly in every dtype in view."),
+    Support(PARTIAL, "◐", FALLBACK,
+            "Works in some dtypes in view, or falls back to the CPU: the note says which."),
+    Support(NO_SUPPORT, STATUS[UNSUPPORTED].symbol, UNSUPPORTED,
+            "Works in none of the dtypes in view (refused, wrong numbers, errors or crashes)."),
+    Support(UNKNOWN_SUPPORT, "?", SKIP, "No verdict: nothing in view has ground truth."),
+)
+SUPPORT = {s.name: s for s in _SUPPORTS}
+SUPPORTS = tuple(s.name for s in _SUPPORTS)

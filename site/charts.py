@@ -97,3 +97,42 @@ def svg_chart(series, *, x_label, y_label, marker=None, marker_label="", width=4
         legend_x += 22 + 7 * len(name)
     out.append("</svg>")
     return "".join(out)
+
+
+SHARE_COLOURS = ("#0969da", "#8250df", "#1a7f37", "#bc4c00", "#57606a", "#cf222e")
+
+
+def svg_share_chart(series, versions, *, width=640, height=240, title=""):
+    """Shares (0 to 1) against torch releases (categorical x, in `versions`' order): one line
+    per series, dashed where only declared. `series`: [(label, dashed, {version: share})]."""
+    if not series or not versions:
+        return ""
+    left, right, top, bottom = 44, 12, 12, 48
+    step = (width - left - right) / max(1, len(versions) - 1)
+    x = {v: left + i * step if len(versions) > 1 else (left + width - right) / 2 for i, v in enumerate(versions)}
+
+    def py(share):
+        return top + (1 - share) * (height - top - bottom)
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" class="mp-chart mp-share" width="{width}" height="{height}" '
+           f'viewBox="0 0 {width} {height}" role="img" aria-label="{html.escape(title)}">']
+    for share in (0, 0.25, 0.5, 0.75, 1):
+        out.append(f'<line x1="{left}" x2="{width - right}" y1="{py(share):.1f}" y2="{py(share):.1f}" '
+                   f'stroke="#eaeef2"/><text x="{left - 6}" y="{py(share) + 4:.1f}" text-anchor="end" '
+                   f'font-size="11" fill="#57606a">{share:.0%}</text>')
+    for v in versions:
+        out.append(f'<text x="{x[v]:.1f}" y="{height - bottom + 14}" font-size="10" fill="#57606a" '
+                   f'text-anchor="end" transform="rotate(-35 {x[v]:.1f} {height - bottom + 14})">'
+                   f'{html.escape(v)}</text>')
+    for i, (label, dashed, shares) in enumerate(series):
+        colour = SHARE_COLOURS[i % len(SHARE_COLOURS)]
+        points = [(x[v], py(shares[v])) for v in versions if v in shares]
+        dash = ' stroke-dasharray="5 4"' if dashed else ""
+        if len(points) > 1:
+            path = " ".join(f"{a:.1f},{b:.1f}" for a, b in points)
+            out.append(f'<polyline class="mp-series" points="{path}" fill="none" stroke="{colour}" '
+                       f'stroke-width="2"{dash}><title>{html.escape(label)}</title></polyline>')
+        for a, b in points:
+            out.append(f'<circle cx="{a:.1f}" cy="{b:.1f}" r="3.5" fill="{colour}"><title>'
+                       f'{html.escape(label)}</title></circle>')
+    out.append("</svg>")
+    return "\n".join(out)

@@ -12,8 +12,8 @@ from collections import OrderedDict
 from datasette.utils.asgi import NotFound, Response
 from markupsafe import Markup
 
-from mpsprobe.vocabulary import (PASS, PASS_COLUMN, REASON_KIND, REASON_KINDS, STATUS, STATUSES, UNSUPPORTED,
-                                  is_status)
+from mpsprobe.vocabulary import (PASS, PASS_COLUMN, REASON_KIND, REASON_KINDS, STATUS, STATUSES, SUPPORT,
+                                  UNSUPPORTED, is_status)
 
 
 def get_database(datasette):
@@ -49,6 +49,9 @@ def status_css():
     lines += [f"  --mp-good: var(--st-{PASS}); --mp-good-bg: var(--st-{PASS}-bg);",
               f"  --mp-bad: var(--st-{UNSUPPORTED}); --mp-bad-bg: var(--st-{UNSUPPORTED}-bg);", "}"]
     lines += [f".st-{name} {{ --fg: var(--st-{name}); --bg: var(--st-{name}-bg); }}" for name in STATUSES]
+    # A grid cell's answer borrows the colours of a status (supported: pass's, partial: fallback's).
+    lines += [f".sp-{s.name} {{ --fg: var(--st-{s.colours}); --bg: var(--st-{s.colours}-bg); }}"
+              for s in SUPPORT.values()]
     return "\n".join(lines) + "\n"
 
 
@@ -72,7 +75,9 @@ def status_badge(value):
 
 
 def url(datasette, path, **params):
-    query = urllib.parse.urlencode({k: v for k, v in params.items() if v not in (None, "")})
+    # A list is the parameter repeated (?dtype=float16&dtype=float32).
+    query = urllib.parse.urlencode({k: v for k, v in params.items() if v not in (None, "", [], ())},
+                                   doseq=True)
     # Plain str: Datasette's URL strings make every str method slow (a dir() per call).
     return str(datasette.urls.path(path)) + (f"?{query}" if query else "")
 
@@ -138,6 +143,25 @@ async def render(datasette, request, template, context, data=None):
     body = await datasette.render_template(template, dict(template_vars(), **context),
                                            request=request)
     return Response.html(body)
+
+
+# A filter longer than this is refused: no op name comes near it, and SQLite's
+# LIKE gives up on a pattern of tens of thousands of characters.
+MAX_FILTER = 500
+
+
+def too_long(text):
+    return len(text or "") > MAX_FILTER
+
+
+async def refuse(datasette, request, what, text):
+    """A 400 page (or JSON) that says in one line why a query string was refused."""
+    message = f"{what} is {len(text)} characters long; at most {MAX_FILTER} are accepted"
+    if request.path.endswith(".json"):
+        return Response.json({"ok": False, "refused": message}, status=400)
+    body = await datasette.render_template("mpsprobe_refused.html", dict(
+        template_vars(), title="Refused", message=message), request=request)
+    return Response.html(body, status=400)
 
 
 def reason_label(kind):

@@ -5,7 +5,10 @@ DevTools protocol (websocket-client, a test dependency); skips only when
 Chromium or websocket-client is missing. The walk loads the site's pages and
 the links on them at 1400 px and 390 px on a multi-run database with hostile
 strings, and fails on a 5xx, markup from the data, a console error, a page
-wider than the window, or a table whose op column leaves the screen.
+wider than the window, or a table whose op column leaves the screen. A second
+server holds a declared MPS history and a CPU run (test_site_answers' database):
+there the grid, op page, search and compare must answer first, and at phone
+width every link must be a tap target of 24 px or more.
 """
 import json
 import os
@@ -82,6 +85,7 @@ def test_walk_every_page_at_desktop_and_phone_width(server, browser, width):
     queue = [f"{base}{p}" for p in ("/-/grid", "/-/matrix", "/-/op/histc", "/-/compare", "/-/legend",
                                     "/-/findings", "/-/check-ops?ops=add%0Ahistc", "/",
                                     f"/{name}/search?q=conv", f"/{name}/fallbacks",
+                                    "/-/search?q=conv", "/-/search?q=BatchNorm2d", "/-/grid?dtype=float32",
                                     "/-/op/nn.functional.interpolate", "/-/op/exp", "/-/speed",
                                     "/-/op/" + urllib.parse.quote("<script>alert(1)</script>", safe=""),
                                     # No-match deep links and hostile parameters.
@@ -199,3 +203,80 @@ def test_screenshots_of_the_grid_and_an_op_page(server, browser, tmp_path):
             assert head[:8] == b"\x89PNG\r\n\x1a\n"
             assert int.from_bytes(head[16:20], "big") == width              # PNG width
             assert int.from_bytes(head[20:24], "big") >= 900                # the page's height
+
+
+@pytest.fixture(scope="module")
+def answers_server(tmp_path_factory):
+    from answers_db import build_answers_db
+    db = build_answers_db(tmp_path_factory.mktemp("answers") / "answers.db", older_sweep_and_bench=True)
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "mpsprobe", "serve", str(db), "--port", str(port)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_for(base + "/-/legend", proc, "mpsprobe serve")
+        yield base
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+# Links under 24 px tall (WCAG 2.2's minimum target), with their text.
+SMALL_TARGETS = """JSON.stringify([...document.querySelectorAll('a[href]')].map(a => {
+  const r = a.getBoundingClientRect();
+  return [r.height, a.textContent.trim().slice(0, 40)];
+}).filter(([h]) => h > 0 && h < 24))"""
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_the_answer_comes_first_in_the_grid_op_page_search_and_compare(answers_server, browser, width):
+    base = answers_server
+    browser.open(f"{base}/-/grid", width)
+    cell = browser.evaluate("""JSON.stringify((() => {
+        const row = [...document.querySelectorAll('table.mp-grid tbody tr')]
+            .find(tr => tr.querySelector('th a').textContent === 'abs');
+        const td = [...row.querySelectorAll('td')].find(td => {
+            const a = td.querySelector('a'); return a && a.title.startsWith('torch 2.13.0 on mps'); });
+        return {cls: td.className, text: td.textContent.trim(),
+                bdi: [...document.querySelectorAll('th.mp-op a')].every(a => a.querySelector('bdi'))};
+    })())""")
+    assert cell["cls"].split()[0] == "sp-partial" and cell["text"].startswith("◐"), cell   # not ✗
+    assert cell["bdi"]   # every op name isolated: a right-to-left override flips nothing around it
+    browser.open(f"{base}/-/op/abs", width)
+    first = browser.evaluate("JSON.stringify(document.querySelector('section.content h2, h2').textContent)")
+    assert first == "On MPS"
+    browser.open(f"{base}/-/search?q=BatchNorm2d", width)
+    found = browser.evaluate("JSON.stringify([...document.querySelectorAll('table.mp-search tbody th a')]"
+                             ".map(a => a.textContent))")
+    assert found == ["nn.functional.batch_norm"]
+    browser.open(f"{base}/-/compare", width)
+    picked = browser.evaluate("JSON.stringify([...document.querySelectorAll('select')]"
+                              ".map(s => s.options[s.selectedIndex].text))")
+    # Before: the older CPU sweep, after: the newer; never the (newest) bench run.
+    assert picked[0].startswith("torch 2.12.0+cpu") and picked[1].startswith("torch 2.13.0+cpu"), picked
+    assert all(" · sweep · " in p for p in picked), picked
+    if width < 600:
+        for path in ("/-/grid", "/-/grid?dtype=float32", "/-/op/abs", "/-/search?q=conv", "/-/compare", "/"):
+            browser.open(base + path, width)
+            assert browser.evaluate(SMALL_TARGETS) == [], path
+
+
+@pytest.mark.parametrize("path", ["/-/grid?op=", "/-/matrix?op=", "/-/grid.json?op=", "/-/search?q="])
+def test_a_100000_character_filter_is_a_400_with_a_message(answers_server, path):
+    try:
+        urllib.request.urlopen(answers_server + path + "a" * 100_000, timeout=30)
+        raise AssertionError("accepted")
+    except urllib.error.HTTPError as e:
+        assert e.code == 400
+        assert "100000 characters long; at most 500 are accepted" in e.read().decode()
+
+
+def test_a_click_on_a_column_header_sorts_the_table(answers_server, browser):
+    browser.open(f"{answers_server}/-/search?q=n", 1400)
+    ops = "JSON.stringify([...document.querySelectorAll('table.mp-search tbody th a')].map(a => a.textContent))"
+    before = browser.evaluate(ops)
+    assert len(before) > 2 and before != sorted(before)   # best match first, not alphabetical
+    browser.evaluate("JSON.stringify((document.querySelector('table.mp-search thead th button').click(), true))")
+    assert browser.evaluate(ops) == sorted(before, key=str.lower)
+    browser.evaluate("JSON.stringify((document.querySelector('table.mp-search thead th button').click(), true))")
+    assert browser.evaluate(ops) == sorted(before, key=str.lower, reverse=True)

@@ -17,7 +17,7 @@ import urllib.parse
 
 import pytest
 
-from mpsprobe.vocabulary import FORWARD, PASS_COLUMN, STATUS, STATUSES, WORKING
+from mpsprobe.vocabulary import FALLBACK, FORWARD, PASS_COLUMN, STATUS, STATUSES, SUPPORT, WORKING
 from mpsprobe.versions import version_key
 from mpsprobe.site import database_name, make_datasette
 
@@ -244,7 +244,7 @@ def test_compare_lists_only_differing_cells_with_regressions_and_fixes(ds, site_
     a, b = db_cells(site_db, cpu), db_cells(site_db, fake)
     differing = {k for k in a.keys() | b.keys() if a.get(k) != b.get(k)}
     page = get(ds, f"/-/compare?a={cpu}&b={fake}").text
-    shown = re.findall(r'<tr class="mp-(\w+)"><th><a href="[^"]+">([^<]+)</a></th><td>(\w+)</td>', page)
+    shown = re.findall(r'<tr class="mp-(\w+)"><th><a href="[^"]+"><bdi>([^<]+)</bdi></a></th><td>(\w+)</td>', page)
     assert {(op, dtype) for _, op, dtype in shown} == differing
     for kind, op, dtype in shown:
         before, after = a.get((op, dtype)), b.get((op, dtype))
@@ -253,7 +253,7 @@ def test_compare_lists_only_differing_cells_with_regressions_and_fixes(ds, site_
     # The other way round, every regression becomes a fix.
     back = get(ds, f"/-/compare?a={fake}&b={cpu}").text
     back_kinds = dict(((op, dt), k) for k, op, dt in re.findall(
-        r'<tr class="mp-(\w+)"><th><a href="[^"]+">([^<]+)</a></th><td>(\w+)</td>', back))
+        r'<tr class="mp-(\w+)"><th><a href="[^"]+"><bdi>([^<]+)</bdi></a></th><td>(\w+)</td>', back))
     for kind, op, dtype in shown:
         if kind == "regression":
             assert back_kinds[(op, dtype)] == "fix"
@@ -640,9 +640,12 @@ def test_every_status_cell_carries_its_symbol(ds, extra):
                     (ds, "/-/compare")):
         page = get(d, path).text
         cells = re.findall(r'<td class="(?:declared )?st-(\w+)[^"]*">(?:<a [^>]*>)?([^<]*)', page)
-        assert cells, path
+        answers = re.findall(r'<td class="sp-(\w+)[^"]*">(?:<a [^>]*>)?([^<]*)', page)
+        assert cells or (answers and path == "/-/grid"), path
         for status, text in cells:
             assert text.startswith(STATUS[status].symbol), (path, status, text)
+        for answer, text in answers:   # the grid's cells answer in words of their own, each with its symbol
+            assert text.startswith(SUPPORT[answer].symbol), (path, answer, text)
 
 
 def test_declared_cells_on_the_op_page_are_coloured_and_hatched(extra):
@@ -681,18 +684,27 @@ def test_grid_has_a_column_per_torch_version_and_a_row_per_op(ds, site_db, rows)
     assert len(data["columns"]) == len(runs)
     ops = {r["op_id"] for r in rows(site_db, "SELECT DISTINCT op_id FROM results WHERE pass = 'forward'")}
     assert {r["op_id"] for r in data["rows"]} == ops
-    from mpsprobe.vocabulary import worst
+    from mpsprobe.vocabulary import SKIP, worst
+    from mpsprobe.db.query.grid import device_lacks
     cases = {}
-    for r in rows(site_db, "SELECT run_id, op_id, status FROM results WHERE pass = 'forward'"):
-        cases.setdefault((r["run_id"], r["op_id"]), []).append(r["status"])
+    for r in rows(site_db, "SELECT r.run_id, r.op_id, r.dtype, r.status, runs.device FROM results r "
+                           "JOIN runs ON runs.id = r.run_id WHERE pass = 'forward'"):
+        if r["dtype"] not in device_lacks(r["device"]):   # MPS's float64: a footnote, not in a cell
+            cases.setdefault((r["run_id"], r["op_id"]), {}).setdefault(r["dtype"], []).append(r["status"])
     for row in data["rows"]:
         for col, cell in zip(data["columns"], row["cells"]):
-            statuses = cases.get((col["run_id"], row["op_id"]))
-            if not statuses:
+            by_dtype = cases.get((col["run_id"], row["op_id"]))
+            if not by_dtype:
                 assert cell is None
                 continue
-            assert cell["status"] == worst(statuses) and cell["n"] == len(statuses)
-            assert cell["k"] == sum(s in WORKING for s in statuses)
+            worst_by_dtype = {d: worst(s) for d, s in by_dtype.items()}
+            known = [s for s in worst_by_dtype.values() if s != SKIP]
+            assert cell["dtypes"] == worst_by_dtype and cell["status"] == worst(worst_by_dtype.values())
+            assert cell["cases"] == sum(map(len, by_dtype.values()))
+            assert (cell["k"], cell["n"]) == (sum(s in WORKING for s in known), len(known))
+            assert cell["answer"] == ("unknown" if not known else "supported" if cell["k"] == len(known)
+                                      else "unsupported" if not cell["k"] and FALLBACK not in known
+                                      else "partial")
 
 
 def test_a_grid_cell_gives_the_reason_of_its_worst_cases(site_copy):
@@ -757,7 +769,7 @@ def test_grid_filters_and_links(ds, site_db, rows):
 
 def test_grid_shows_partial_support_reasons_ranges_and_declared_cells(extra, extra_db):
     page = html.unescape(get(extra, "/-/grid").text)
-    assert re.search(r"\d+ of \d+</small>", page)
+    assert re.search(r"\d+ of \d+ dtypes</small>", page)
     assert "since " in page or "until " in page
     assert "declared, not measured" in page and 'declared"><a' in page
     data = get(extra, "/-/grid.json?op=zeta_only_declared").json()
@@ -830,7 +842,7 @@ def test_a_grid_cell_gives_the_reason_of_its_worst_cases(tmp_path):
         db["results"].insert({"run_id": "r1", "case_id": f"x|float32|{i}", "op_id": "x", "dtype": "float32",
                               "status": status, "reason_kind": kind, "min_macos": macos})
     [cell] = [c for c in grid_q.grid(db.conn)["rows"][0]["cells"] if c]
-    assert (cell["status"], cell["reason_kind"], cell["min_macos"], cell["k"], cell["n"]) == \
-        ("unsupported", "macos_version", "14.0", 1, 3)
+    assert (cell["status"], cell["reason_kind"], cell["min_macos"], cell["k"], cell["n"], cell["cases"]) == \
+        ("unsupported", "macos_version", "14.0", 0, 1, 3)
     assert _why(cell) == "needs macOS 14.0"
     assert _why(dict(cell, reason_kind="values", min_macos=None)) == "wrong values"

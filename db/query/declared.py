@@ -17,8 +17,17 @@ def versions(conn, device):
     """Torch versions with declared rows for `device`, oldest first."""
     if "declared" not in present(conn):
         return []
-    found = [r["torch_version"] for r in rows(
-        conn, "SELECT DISTINCT torch_version FROM declared WHERE device = ?", [device])]
+    # A walk over the primary key (torch_version, device, …), one step per version:
+    # DISTINCT read every row of a 14-release history (a tenth of a second a call).
+    found = [r["v"] for r in rows(conn, """
+        WITH RECURSIVE walk(v) AS (
+            SELECT min(torch_version) FROM declared
+            UNION ALL
+            SELECT (SELECT min(torch_version) FROM declared WHERE torch_version > walk.v)
+            FROM walk WHERE walk.v IS NOT NULL)
+        SELECT v FROM walk
+        WHERE v IS NOT NULL AND EXISTS (SELECT 1 FROM declared WHERE torch_version = v AND device = ?)""",
+                                      [device])]
     return sorted(found, key=sort_key)
 
 

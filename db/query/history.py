@@ -118,13 +118,23 @@ def changes(conn, run_a, run_b, pass_=FORWARD):
     return found
 
 
+def is_sweep(run):
+    """A run with op results from the catalogue (not a bench run's ladders, not a model replay)."""
+    return bool(run.get("has_results")) and (run.get("source") or "opinfo") == "opinfo"
+
+
+def device_kind(run):
+    return (run.get("device") or "").split(":", 1)[0]
+
+
 def previous_run(runs, run):
-    """The run to compare `run` with by default: the newest older one on the same
-    device, else the newest older one. `runs`: list_runs()' list."""
-    others = [r for r in runs if r["id"] != run["id"]]
+    """The run to compare `run` with by default: a comparable sweep (op results, the
+    same device kind), the newest older one, else the oldest newer one; None when
+    there is none. `runs`: list_runs()' list."""
+    others = [r for r in runs if r["id"] != run["id"] and is_sweep(r)
+              and device_kind(r) == device_kind(run)]
     older = sorted((r for r in others if (r["started"] or "") <= (run["started"] or "")),
                    key=lambda r: r["started"] or "", reverse=True)
-    same = [r for r in older if r["device"] == run["device"]]
     # The oldest run has none older: compare it with the one recorded after it.
     newer = sorted((r for r in others if r not in older), key=lambda r: r["started"] or "")
-    return (same or older or newer or [None])[0]
+    return (older or newer or [None])[0]

@@ -15,9 +15,9 @@ import click
 @click.option("--time-limit", "time_limit_ms", default=2000, show_default=True, type=int,
               help="Milliseconds any one SQL query may take (for SQL visitors write: "
                    "a wall-clock deadline per request).")
-@click.option("-o", "--open", "open_browser", is_flag=True, help="Open the matrix in a browser.")
+@click.option("-o", "--open", "open_browser", is_flag=True, help="Open the compat grid in a browser.")
 def serve(db_path, host, port, live, time_limit_ms, open_browser):
-    """Browse a database: compatibility matrix, op history, compare runs, search.
+    """Browse a database: compat grid, matrix, op history, compare runs, search.
 
     The database is served read-only (immutable unless --live); the site never
     writes to it. Every page and query is also available as JSON and CSV.
@@ -41,7 +41,7 @@ def serve(db_path, host, port, live, time_limit_ms, open_browser):
     async def startup(sockets=None):
         await original_startup(sockets=sockets)
         bound = server.servers[0].sockets[0].getsockname()[1] if server.servers else port
-        where = f"http://{host}:{bound}/-/matrix"
+        where = f"http://{host}:{bound}/-/grid"   # the README and the home page start here too
         click.echo(f"serving {db_path} read-only at {where}  (Ctrl-C to stop)", err=True)
         if open_browser:
             click.launch(where)

@@ -1,18 +1,27 @@
 """The compat grid (/-/grid) and the legend (/-/legend).
 
 The grid: ops as rows, torch versions as columns grouped by device and OS
-(mpsprobe.db.query.grid answers); each cell a status symbol and colour, "k of
-n" cases working when only some do, the reason kind of its worst cases, and
-hatched when only PyTorch's declaration speaks for it. The legend: every
+(mpsprobe.db.query.grid answers); each cell one answer over the dtypes in view
+(supported, partial, unsupported, unknown) with "k of n dtypes" and the notes
+that matter on hover, the reason of its worst dtype, and hatched when only
+PyTorch's declaration speaks for it. What a device lacks altogether (MPS's
+float64) is a footnote on its columns. The legend: every
 status and reason kind from mpsprobe.vocabulary, with an example from the
 database.
 """
+import html
+import os
+import urllib.parse
+
 from datasette import hookimpl
+from markupsafe import Markup
 
 from mpsprobe.db.query import grid as grid_q, legend as legend_q
-from mpsprobe.site.common import (ask, cached, cases_url, get_database, op_url, reason_label, render,
-                                  status_symbol, url)
-from mpsprobe.vocabulary import FORWARD, PASS_COLUMN, PASSES, REASON_KIND, STATUS, STATUSES, is_status
+from mpsprobe.site.charts import SHARE_COLOURS
+from mpsprobe.site.common import (ask, cached, cases_url, get_database, op_url, reason_label, refuse,
+                                  render, too_long, url)
+from mpsprobe.vocabulary import (FORWARD, PARTIAL, PASS_COLUMN, PASSES, REASON_KIND, STATUS, STATUSES, SUPPORT, SUPPORTED,
+                                 SUPPORTS, WORKING, is_status)
 
 PAGE_SIZE = 100
 
@@ -31,53 +40,114 @@ def _why(cell):
     return reason_label(cell["reason_kind"])
 
 
-def _cell(datasette, db, op_id, dtype, cell):
+def _links(datasette, db, dtypes):
+    """href(op_id, cell) for the grid's cells: the prefixes built once a page, not a
+    urlencode a cell (1,500 cells a page)."""
+    quote = urllib.parse.quote
+    declared = url(datasette, f"/{db.name}/declared") + "?op_id="
+    if len(dtypes) == 1:
+        cases = url(datasette, f"/{db.name}/cell_cases") + "?run_id="
+
+        def href(op_id, cell):
+            if cell["declared_only"]:
+                return f"{declared}{quote(op_id, safe='')}&torch_version={quote(cell['torch_version'], safe='')}"
+            return (f"{cases}{quote(cell['run_id'], safe='')}&op_id={quote(op_id, safe='')}"
+                    f"&dtype={quote(dtypes[0], safe='')}")
+        return href
+    results = url(datasette, f"/{db.name}/results") + "?run_id="
+
+    def href(op_id, cell):
+        if cell["declared_only"]:
+            return f"{declared}{quote(op_id, safe='')}&torch_version={quote(cell['torch_version'], safe='')}"
+        return f"{results}{quote(cell['run_id'], safe='')}&op_id={quote(op_id, safe='')}"
+    return href
+
+
+def _cell_html(op_id, cell, where, href):
+    """One grid cell as HTML (built here, not in Jinja: ~40 µs a cell there)."""
     if cell is None:
-        return None
-    status = cell["status"]
-    partial = cell["k"] is not None and 0 < cell["k"] < cell["n"]
-    if cell["declared_only"]:
-        href, note = url(datasette, f"/{db.name}/declared", op_id=op_id,
-                         torch_version=cell["torch_version"]), "declared, not measured"
-    elif dtype:
-        href, note = cases_url(datasette, db, cell["run_id"], op_id, dtype), ""
-    else:
-        href, note = url(datasette, f"/{db.name}/results", run_id=cell["run_id"], op_id=op_id), ""
-    return {"status": status, "known": is_status(status), "symbol": status_symbol(status),
-            "partial": f"{cell['k']} of {cell['n']}" if partial else "",
-            "reason": _why(cell), "declared": cell["declared_only"],
-            "href": href, "note": note, "torch_version": cell["torch_version"]}
+        return '<td class="mp-none" title="not measured"></td>'
+    esc = html.escape
+    answer = cell["answer"]
+    count = f"{cell['k']} of {cell['n']} dtypes" if cell["n"] else ""
+    failing = [d for d, status in cell["dtypes"].items() if status not in WORKING]
+    # Under the symbol: the worst dtype's reason, else which dtypes do not work (a declaration has no reason).
+    reason = "" if answer == SUPPORTED else _why(cell) or ("not " + ", ".join(failing[:2])
+                                                            + (" …" if len(failing) > 2 else ""))
+    title = "; ".join(x for x in (f"torch {cell['torch_version']} on {where}: {answer}", count, *cell["notes"],
+                                  "declared, not measured" if cell["declared_only"] else "") if x)
+    return (f'<td class="sp-{answer}{" declared" if cell["declared_only"] else ""}">'
+            f'<a href="{esc(href(op_id, cell))}" title="{esc(title)}">{SUPPORT[answer].symbol}'
+            + (f" <small>{esc(count)}</small>" if answer == PARTIAL else "")
+            + (f'<small class="mp-reason">{esc(reason)}</small>' if reason else "") + "</a></td>")
+
+
+def _row_html(datasette, row, cols, groups, href):
+    esc = html.escape
+    parts = [f'<tr><th class="mp-op"><a href="{esc(op_url(datasette, row["op_id"]))}"><bdi>{esc(row["op_id"])}</bdi></a>']
+    for label, (since, until) in row["ranges"].items():
+        where = (label.split(" · ")[1] + ": ") if len(groups) > 1 and " · " in label else ""
+        if since:
+            parts.append(f' <small class="mp-since" title="{esc(label)}">{esc(where)}since {esc(since)}</small>')
+        elif until:
+            parts.append(f' <small class="mp-until" title="{esc(label)}">{esc(where)}until {esc(until)}</small>')
+    parts.append("</th>")
+    parts += [_cell_html(row["op_id"], c, col["label"], href) for c, col in zip(row["cells"], cols)]
+    parts.append("</tr>")
+    return "".join(parts)
+
+
+def _chips(datasette, params, dtypes, chosen):
+    """The dtype chips: each toggles its dtype in the view; "every dtype" clears them."""
+    chips = [{"label": "every dtype", "on": not chosen,
+              "href": url(datasette, "/-/grid", **dict(params, dtype=None))}]
+    for d in dtypes:
+        toggled = [x for x in chosen if x != d] if d in chosen else [*chosen, d]
+        chips.append({"label": d, "on": d in chosen,
+                      "href": url(datasette, "/-/grid", **dict(params, dtype=toggled or None))})
+    return chips
 
 
 @cached
 async def grid_page(datasette, request):
     db = get_database(datasette)
     args = request.args
-    op_filter, dtype = args.get("op", ""), args.get("dtype", "")
+    op_filter = args.get("op", "")
+    if too_long(op_filter):
+        return await refuse(datasette, request, "the op filter", op_filter)
+    known = await ask(db, grid_q.dtypes)
+    chosen = [d for d in dict.fromkeys(args.getlist("dtype")) if d in known]
     pass_ = args.get(PASS_COLUMN) if args.get(PASS_COLUMN) in PASSES else FORWARD
     wanted = [s for s in args.getlist("status") if is_status(s)]
     try:
         page = max(1, int(args.get("page") or 1))
     except ValueError:
         page = 1
-    found = await ask(db, grid_q.grid, _pattern(op_filter), dtype, pass_, wanted,
+    found = await ask(db, grid_q.grid, _pattern(op_filter), chosen, pass_, wanted,
                       limit=PAGE_SIZE, offset=(page - 1) * PAGE_SIZE)
-    rows = [{"op_id": r["op_id"], "op_url": op_url(datasette, r["op_id"]),
-             "ranges": r["ranges"],
-             "cells": [_cell(datasette, db, r["op_id"], dtype, c) for c in r["cells"]]}
-            for r in found["rows"]]
+    cols = found["columns"]
+    href = _links(datasette, db, chosen)
+    rows = Markup("\n".join(_row_html(datasette, r, cols, found["groups"], href) for r in found["rows"]))
     pages = (found["total"] + PAGE_SIZE - 1) // PAGE_SIZE
-    params = {"op": op_filter, "dtype": dtype, PASS_COLUMN: pass_ if pass_ != FORWARD else ""}
+    params = {"op": op_filter, "dtype": chosen or None, "status": wanted or None,
+              PASS_COLUMN: pass_ if pass_ != FORWARD else ""}
+    # One footnote per text (MPS's float64 for every MPS group), numbered as the groups come.
+    texts = list(dict.fromkeys(t for l, _ in found["groups"] for t in found["footnotes"].get(l, [])))
+    marks = {l: texts.index(ts[0]) + 1 for l, ts in found["footnotes"].items()}
     return await render(datasette, request, "mpsprobe_grid.html", {
-        "title": "Compat grid", "db": db.name, "columns": found["columns"],
-        "groups": found["groups"], "rows": rows, "total": found["total"], "page": page,
-        "pages": pages, "op_filter": op_filter, "dtype": dtype, "pass_": pass_,
-        "passes": PASSES, "wanted": wanted,
-        "dtypes": await ask(db, legend_q.dtypes),
+        "title": "Compat grid", "db": db.name, "columns": cols,
+        "groups": found["groups"], "rows": rows, "shown": len(found["rows"]), "total": found["total"], "page": page,
+        "pages": pages, "op_filter": op_filter, "chosen": chosen, "pass_": pass_,
+        "passes": PASSES, "wanted": wanted, "supports": [SUPPORT[s] for s in SUPPORTS],
+        "chips": _chips(datasette, {k: v for k, v in params.items() if k != "dtype"}, known, chosen),
+        "marks": marks, "footnotes": [(i + 1, t) for i, t in enumerate(texts)],
+        "measured_versions": {label: sum(1 for c in cols if c["label"] == label and c["run_id"])
+                              for label, _ in found["groups"]},
         "prev_url": url(datasette, "/-/grid", page=page - 1, **params) if page > 1 else None,
         "next_url": url(datasette, "/-/grid", page=page + 1, **params) if page < pages else None,
     }, data={"columns": [{"group": c["label"], "torch_version": c["torch_version"],
-                          "run_id": c["run_id"]} for c in found["columns"]],
+                          "run_id": c["run_id"]} for c in cols],
+             "dtypes": chosen, "footnotes": found["footnotes"],
              "total": found["total"], "page": page, "pages": pages,
              "rows": [{"op_id": r["op_id"], "ranges": r["ranges"], "cells": r["cells"]}
                       for r in found["rows"]]})
@@ -99,6 +169,45 @@ async def legend_page(datasette, request):
               "reason_kinds": [{"name": r.name, "label": r.label, "meaning": r.meaning,
                                 "statuses": list(r.statuses)}
                                for r in REASON_KIND.values()]})
+
+
+# The home page's chart per served file and modification time: its queries read every run.
+_CHART = {}
+
+
+async def support_chart(datasette):
+    """The home page's chart of support across releases, with its numbers as a table."""
+    from mpsprobe.site.charts import svg_share_chart
+    from mpsprobe.versions import sort_key
+    db = get_database(datasette)
+    key = None if db.is_mutable or not db.path else (db.path, os.path.getmtime(db.path))
+    if key is None or key not in _CHART:
+        groups = await ask(db, grid_q.support_by_release)
+        groups = [g for g in groups if g["points"]]
+        # One x position per release: 2.13.0 and 2.13.0+cpu are the same release.
+        def release(version):
+            return version.split("+", 1)[0]
+        versions = sorted({release(p["torch_version"]) for g in groups for p in g["points"]}, key=sort_key)
+        series = [(g["label"], g["declared"], {release(p["torch_version"]): p["working"] / p["ops"]
+                                                for p in g["points"]}) for g in groups]
+        title = "Share of ops that work in at least one dtype, per torch release"
+        answer = {"svg": Markup(svg_share_chart(series, versions, title=title)), "groups": groups,
+                  "title": title, "colours": list(SHARE_COLOURS)}
+        if key is None:
+            return answer
+        _CHART.clear()
+        _CHART[key] = answer
+    return _CHART[key]
+
+
+@hookimpl
+def extra_template_vars(template, datasette):
+    if template != "index.html":
+        return {}
+
+    async def chart():
+        return {"mpsprobe_chart": await support_chart(datasette)}
+    return chart
 
 
 @hookimpl

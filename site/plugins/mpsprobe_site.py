@@ -14,16 +14,17 @@ from markupsafe import Markup
 
 from mpsprobe.db import query
 from mpsprobe import suggestions
-from mpsprobe.db.query import (declared as declared_q, history, matrix, op as op_q,
+from mpsprobe.db.query import (declared as declared_q, grid as grid_q, history, matrix, op as op_q,
                                runs as runs_q, speed as speed_q)
 from mpsprobe.db.query.op import order_dtypes
 from mpsprobe.db.query.runs import VIRTUAL_MACHINE, machine_kind_sql
 from mpsprobe.db.views import inline_missing, quoted, worst_status
 from mpsprobe.site import limits
 from mpsprobe.site.common import (STATUS_CSS_PATH, ask, cached, cases_url, get_database, op_url,
-                                  reason_label, render, run_label, status_badge, status_class,
+                                  reason_label, refuse, render, too_long, run_label, status_badge, status_class,
                                   status_css_page, status_symbol, template_vars, url)
-from mpsprobe.vocabulary import FALLBACK, FORWARD, PASS_COLUMN, PASSES, STATUSES, UNSUPPORTED, is_status
+from mpsprobe.vocabulary import (FALLBACK, FORWARD, PARTIAL, PASS_COLUMN, PASSES, STATUSES, SUPPORT, UNSUPPORTED,
+                                  is_status)
 
 # ---------------------------------------------------------------------------- canned queries
 
@@ -129,7 +130,9 @@ SELECT r.op_id, r.dtype, r.status, r.aten_op, r.fallback_ops, r.message, r.run_i
        r.case_id, r.pass
 FROM results_fts JOIN results r ON r.rowid = results_fts.rowid
 WHERE mpsprobe_fts(:q) != '' AND results_fts MATCH mpsprobe_fts(:q)
-ORDER BY rank LIMIT 500""",
+ORDER BY rank""",
+        # The SQL stays one click away ("show SQL"): a porter came to search, not to read it.
+        "hide_sql": True,
     },
 }
 
@@ -149,7 +152,7 @@ UNION ALL
 SELECT 'message', r.message, r.op_id, r.dtype, r.status, count(*)
 FROM results r WHERE :q != '' AND r.message LIKE '%' || :q || '%'
 GROUP BY r.message, r.op_id, r.dtype, r.status
-ORDER BY 1 DESC, 3, 4 LIMIT 500"""
+ORDER BY 1 DESC, 3, 4"""
 
 # ---------------------------------------------------------------------------- helpers
 
@@ -170,7 +173,7 @@ def matrix_row(op_id, href, cells):
     shows its status's symbol (the word is in the title and the legend). `cells`:
     (status, link already escaped for an attribute, title) or None."""
     esc = html.escape
-    parts = [f'<tr><th class="mp-op"><a href="{esc(href)}">{esc(op_id)}</a></th>']
+    parts = [f'<tr><th class="mp-op"><a href="{esc(href)}"><bdi>{esc(op_id)}</bdi></a></th>']
     for cell in cells:
         if cell is None:
             parts.append('<td class="mp-none"></td>')
@@ -207,6 +210,9 @@ async def matrix_page(datasette, request):
     runs = await ask(db, runs_q.list_runs)
     declared_choices = await ask(db, declared_q.choices)
     choice = args.get("run", "")
+    for name, what in (("op", "the op filter"), ("run", "the run")):
+        if too_long(args.get(name)):
+            return await refuse(datasette, request, what, args.get(name))
     op_like = op_pattern(args.get("op"))
     wanted = [s for s in args.getlist("status") if is_status(s)]
     pass_ = args.get(PASS_COLUMN) if args.get(PASS_COLUMN) in PASSES else FORWARD
@@ -276,6 +282,30 @@ async def matrix_page(datasette, request):
              "totals": totals, "rows": data})
 
 
+def picker_label(run):
+    """A run in the compare picker, told apart from its neighbours: what it is (sweep,
+    bench, model replay), its samples and passes, its cases, when it started."""
+    import json
+    try:
+        options = json.loads(run.get("options") or "{}")
+    except ValueError:
+        options = {}
+    options = options if isinstance(options, dict) else {}
+    source = run.get("source") or "opinfo"
+    kind = {"opinfo": "sweep", "bench": "bench (speed only)", "model": "model replay"}.get(source, source)
+    if source == "opinfo" and not run.get("has_results"):
+        kind = "sweep, no results"
+    parts = [run_label(run), kind]
+    if options.get("samples"):
+        parts.append(f"{options['samples']} samples")
+    if isinstance(options.get("passes"), list):
+        parts.append("passes " + ", ".join(map(str, options["passes"])))
+    if run.get("cases_total"):
+        parts.append(f"{run['cases_total']} cases")
+    parts.append((run.get("started") or "")[:16].replace("T", " "))
+    return " · ".join(p for p in parts if p)
+
+
 async def variants_page(datasette, request, op_id, variants):
     links = [(v, op_url(datasette, v)) for v in variants]
     return await render(datasette, request, "mpsprobe_variants.html", {
@@ -306,14 +336,20 @@ async def op_page(datasette, request):
             "cells": [(c["cells"].get(d), cases_url(datasette, db, c["run"]["id"], op_id, d))
                       for d in dtypes],
         } for c in configurations]})
-    messages = [dict(m, reason_label=reason_label(m["reason_kind"]),
+    messages = [dict(m, reason_label=reason_label(m["reason_kind"]), source=message_source(m["message"]),
                      where=m["device"] + (f" · {VIRTUAL_MACHINE}" if m["machine_kind"] == VIRTUAL_MACHINE else ""),
                      suggestions=suggestions.for_case(op_id, m["status"], m["reason_kind"],
                                                       m["dtype"], m["message"], m["min_macos"]))
                 for m in page["messages"]]
     advice = suggestions.unique(s for m in messages for s in m["suggestions"])
+    answers = await ask(db, grid_q.op_answers, op_id)
+    mps = [g for g in answers["groups"] if g["device"] == "mps"]
+    others = [g for g in answers["groups"] if g["device"] != "mps"]
     return await render(datasette, request, "mpsprobe_op.html", {
         "title": op_id, "db": db.name, "op": page["op"], "op_id": op_id, "dtypes": dtypes,
+        "mps_answers": [_answer_group(g) for g in mps], "other_answers": [_answer_group(g) for g in others],
+        "answer_notes": list(dict.fromkeys(t for ts in answers["footnotes"].values() for t in ts)),
+        "firsts_heads": FIRSTS_HEADS,
         "passes": passes, "declared": page["declared"], "releases": page["releases"],
         "firsts": page["firsts"], "notes": page["notes"], "messages": messages,
         "advice": advice, "grid_url": url(datasette, "/-/grid", op=op_id), "speed": speed,
@@ -323,7 +359,47 @@ async def op_page(datasette, request):
                                       "cells": c["cells"]} for c in page["history"][p["name"]]]
                          for p in passes},
              "releases": page["releases"], "declared": page["declared"],
-             "messages": page["messages"], "suggestions": [s._asdict() for s in advice]})
+             "messages": page["messages"], "suggestions": [s._asdict() for s in advice],
+             "answers": {"mps": mps, "other_devices": others, "footnotes": answers["footnotes"]}})
+
+
+# The first-passing-versions table in a porter's words, not the view's column names.
+FIRSTS_HEADS = {"dtype": "dtype", "device": "device", "machine_kind": "machine", "os_name": "OS",
+                "os_major": "OS version", "first_pass_torch": "first passed in torch",
+                "last_fail_torch": "last failed in torch", "passing_since_torch": "works since torch",
+                "latest_torch": "newest torch measured", "latest_status": "its status",
+                "first_seen_torch": "first measured in torch", "n_versions": "torch versions measured"}
+
+
+def message_source(text):
+    """(label, URL) of where a message comes from, from the message catalogue: the public
+    report it was copied from, else the PyTorch file that raises it at the newest tag seen."""
+    from mpsprobe.engine.messages import match_family
+    family, _ = match_family(text)
+    if family is None:
+        return None
+    if family.reports:
+        url = family.reports[0]
+        return (f"PyTorch issue #{url.rsplit('/', 1)[-1]}" if "/issues/" in url else "report", url)
+    for path, tags in family.sources:
+        if tags:
+            return (f"PyTorch {tags[-1]}: {path.rsplit('/', 1)[-1]}",
+                    f"https://github.com/pytorch/pytorch/blob/{tags[-1]}/{path}")
+    return None
+
+
+def _answer_group(group):
+    """One row of the op page's opening grid: a column group's answers, oldest release first."""
+    cells = []
+    for c in group["cells"]:
+        count = f"{c['k']} of {c['n']} dtypes" if c["answer"] == PARTIAL else ""
+        cells.append({"torch_version": c["torch_version"], "answer": c["answer"],
+                      "symbol": SUPPORT[c["answer"]].symbol, "count": count, "declared": c["declared_only"],
+                      "notes": c["notes"],
+                      "title": "; ".join([f"torch {c['torch_version']}: {c['answer']}", *c["notes"]]
+                                         + (["declared, not measured"] if c["declared_only"] else []))})
+    return {"label": group["label"], "declared": group["declared"], "cells": cells,
+            "newest": cells[-1] if cells else None}
 
 
 async def op_speed(datasette, db, op_id):
@@ -341,10 +417,10 @@ async def compare_page(datasette, request):
     runs = await ask(db, runs_q.list_runs)
     by_id = {r["id"]: r for r in runs}
     b = by_id.get(request.args.get("b"))
-    if b is None:
+    if b is None:   # default: the run picker's sweep, and the comparable sweep before it
         b, _ = await ask(db, _picked, {})
     a = by_id.get(request.args.get("a"))
-    if a is None and b is not None:  # default: the previous run on the same device
+    if a is None and b is not None:
         a = history.previous_run(runs, b)
     changes = []
     if a and b:
@@ -360,7 +436,7 @@ async def compare_page(datasette, request):
     listed = [c for c in changes if not shown or c["kind"] == shown]
     return await render(datasette, request, "mpsprobe_compare.html", {
         "title": "Compare runs", "db": db.name, "runs": runs, "a": a, "b": b,
-        "run_label": run_label, "kinds": kinds, "shown": shown,
+        "run_label": run_label, "picker_label": picker_label, "kinds": kinds, "shown": shown,
         "counts": {k: sum(c["kind"] == k for c in changes) for k in kinds},
         "changes": listed,
     }, data={"a": a and a["id"], "b": b and b["id"],
@@ -418,6 +494,12 @@ def render_cell(value, column, table, datasette):
 
 
 @hookimpl
+def extra_js_urls(datasette):
+    # Sortable columns on the tables that ask for them (class mp-sortable), loaded after the page.
+    return [{"url": datasette.urls.path("/mpsprobe-static/sortable.js"), "module": True}]
+
+
+@hookimpl
 def extra_css_urls(datasette):
     # The status colours first (made from the vocabulary), then the site's own CSS that uses them.
     return [datasette.urls.path(STATUS_CSS_PATH), datasette.urls.path("/mpsprobe-static/site.css")]
@@ -440,7 +522,7 @@ def navigation(datasette):
     """(label, href) of every page of the site, for every page (errors included)."""
     db = get_database(datasette)
     links = [("Grid", "/-/grid"), ("Matrix", "/-/matrix"), ("Compare", "/-/compare"),
-             ("Search", f"/{db.name}/search"), ("Fallbacks", f"/{db.name}/fallbacks"),
+             ("Search", plugin_page_path("search.py") or f"/{db.name}/search"), ("Fallbacks", f"/{db.name}/fallbacks"),
              ("Check ops", plugin_page_path("check_ops.py") or f"/{db.name}/check_ops"),
              ("Findings", plugin_page_path("findings.py")),
              ("Speed", plugin_page_path("speed.py")),
