@@ -15,6 +15,7 @@ leads there on MPS, each checked against PyTorch's source (cited).
 """
 from dataclasses import dataclass, field
 
+from mpsprobe.vocabulary import PASS_COLUMN
 from .declared import native_functions, python_kernels
 
 # How a kernel was reached, by the ops table's source of the op whose case reached it.
@@ -240,7 +241,7 @@ def summary(kernels, evidence):
         "mps_only_dispatch": [
             {"function": name, "public_call": only.public, "cpu_records": list(only.cpu_ops),
              "op_ids": list(only.op_ids), "mps_only": only.mps_only,
-             "pass": only.pass_, "condition": only.condition, "source": only.where,
+             PASS_COLUMN: only.pass_, "condition": only.condition, "source": only.where,
              "reached": any(k.reached for k in kernels if k.function == name)}
             for name, only in MPS_ONLY_DISPATCH.items()],
         "functions": [k.to_dict() for k in kernels],

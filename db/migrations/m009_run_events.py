@@ -16,7 +16,7 @@ def migrate(db):
         "run_id": str,
         "at": str,              # ISO time
         "kind": str,            # device_check_failed | worker_lost
-        "how": str,             # signal | exit | hang | error
+        "how": str,             # signal | exit | hang | raised
         "detail": str,
         "signal": int,
         "stderr_tail": str,

@@ -5,6 +5,7 @@ against these rows; the SQL stays here.
 """
 import json
 
+from mpsprobe.vocabulary import PASS_COLUMN
 from . import rows
 
 
@@ -30,7 +31,7 @@ def dispatched(conn, run_ids):
     marks = ",".join("?" * len(run_ids))
     reached = {}
     for r in rows(conn, f"""
-            SELECT DISTINCT r.op_id, coalesce(o.source, 'opinfo') AS source, r."pass" AS pass_,
+            SELECT DISTINCT r.op_id, coalesce(o.source, 'opinfo') AS source, r."{PASS_COLUMN}" AS pass_,
                    r.aten_ops
             FROM results r LEFT JOIN ops o ON o.id = r.op_id
             WHERE r.run_id IN ({marks}) AND r.aten_ops IS NOT NULL""", list(run_ids)):

@@ -432,7 +432,7 @@ class Pool:
             if message.get("took_ms") is not None:
                 worker.notes["health_check_ms"] = message["took_ms"]
             else:
-                self._device_failure(pair, "hang" if message.get("hung") else "error", message["detail"])
+                self._device_failure(pair, "hang" if message.get("hung") else "raised", message["detail"])
         elif kind == "result":
             index = message.pop("index")
             pair["done"].append(case_key(index, message.get(PASS_COLUMN) or FORWARD, message.get("layout")))

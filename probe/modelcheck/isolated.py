@@ -84,8 +84,8 @@ def _run(job, kwargs, timeout):
             raise ModelCrashed(f"the model {_death(code)} {_where(progress)}{_last_line(paths['log'])}")
         with open(paths["answer"], "rb") as f:
             answer = pickle.load(f)
-    if "error" in answer:   # a clean refusal of the model's (it raised): its own one line
-        raise answer["error"]
+    if "refused" in answer:   # a clean refusal of the model's (it raised): its own one line
+        raise answer["refused"]
     return answer["value"]
 
 
@@ -244,7 +244,7 @@ def main(folder):
     try:
         answer = {"value": job(progress, **request["kwargs"])}
     except MpsprobeError as e:   # the model refused cleanly: the parent raises it as it is
-        answer = {"error": MpsprobeError(str(e))}
+        answer = {"refused": MpsprobeError(str(e))}
     with open(os.path.join(folder, "answer.part"), "wb") as f:
         pickle.dump(answer, f)
     os.replace(os.path.join(folder, "answer.part"), os.path.join(folder, "answer"))
