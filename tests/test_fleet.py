@@ -210,7 +210,7 @@ def test_the_grid_keeps_two_chips_on_one_macos_apart(tmp_path):
 def test_check_says_whether_bare_metal_or_a_virtual_machine_answers(fleet_db, run_cli):
     model = ROOT / "tests" / "models" / "convnet.py"
     bare = run_cli("check", model, "--db", fleet_db)
-    assert bare.exit_code in (0, 1), bare.output
+    assert bare.exit_code in (0, 1, 3), bare.output   # 3: some op rests on no evidence (never probed)
     assert "(bare metal, Apple M" in bare.output and "virtual machine" not in bare.output.splitlines()[1]
     virtual = run_cli("check", model, "--db", fleet_db, "--macos", "15")
     assert "macOS 15.7.2 (virtual machine, Apple M4 (Virtual))" in virtual.output.splitlines()[1]
