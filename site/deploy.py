@@ -28,8 +28,9 @@ from mpsprobe.errors import MpsprobeError
 
 # The folder name the wheel travels under, in the deploy and on the site (/mpsprobe-wheel/…).
 WHEEL_MOUNT = "mpsprobe-wheel"
-# What the site imports (checked by tests/test_publish.py in a fresh environment).
-SITE_REQUIREMENTS = ("datasette>=0.65,<0.66", "sqlite-utils>=3.35", "click>=8.1")
+# What the site imports (checked by tests/test_publish.py in a fresh environment): db/query
+# reads versions with packaging; never torch.
+SITE_REQUIREMENTS = ("datasette>=0.65,<0.66", "sqlite-utils>=3.35", "click>=8.1", "packaging>=22", "platformdirs>=3")
 # What a wheel is built from: the project file, its readme, the package folders.
 SOURCES = ("pyproject.toml", "README.md", "probe", "ops", "db", "site")
 

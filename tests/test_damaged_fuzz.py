@@ -40,6 +40,7 @@ class StandInPool:
 
     def __init__(self, config=None, size=1, **kwargs):
         self.size = size
+        self.unfinished = []   # no pair left unfinished: there were none to run
 
     def request(self, message, budget=None):
         return {"env": dict(self.ENV)} if message["cmd"] == "describe" else {"pairs": []}

@@ -153,7 +153,7 @@ def test_paths_with_uri_characters_work_everywhere(tmp_path, name, run_cli, smal
         result = run_cli(*args)
         assert result.exit_code in (0, 1) and "Error" not in result.output, (args, result.output)
     # findings reads the run (and wants declarations this store has none of)
-    assert "is on 'cpu'" in run_cli("findings", "--db", path).output
+    assert "measured on cpu" in run_cli("findings", "--db", path).output
     assert listing(tmp_path) == sorted([name, "all.db"])
 
 
