@@ -28,6 +28,16 @@ def add_result(db, run_id, op, dtype, status, **extra):
 RTL_OP = "rtl\u202eevil"
 
 
+def add_older_sweep_and_bench(db):
+    """An older CPU sweep (abs float32 unsupported) and a bench run with no op results:
+    what compare must tell apart."""
+    add_run(db, "cpu-old", "cpu", "2.12.0+cpu", "Linux", "2025-06-01")
+    add_result(db, "cpu-old", "abs", "float32", "unsupported")
+    db["runs"].insert({"id": "bench", "run_key": "bench", "started": "2026-06-01", "device": "cpu",
+                       "torch_version": "2.13.0+cpu", "torch_version_key": version_key("2.13.0+cpu"),
+                       "os_name": "Linux", "state": "complete", "source": "bench"})
+
+
 def build_answers_db(path, older_sweep_and_bench=False):
     """The module's database at `path` (the browser walk serves it too, with an older
     CPU sweep and a newer bench run for compare to choose from)."""
@@ -44,10 +54,6 @@ def build_answers_db(path, older_sweep_and_bench=False):
     db["declared"].insert({"torch_version": "2.13.0", "device": "mps", "op_id": RTL_OP, "dtype": "float32",
                            "status": "pass", "source": "test"})
     if older_sweep_and_bench:
-        add_run(db, "cpu-old", "cpu", "2.12.0+cpu", "Linux", "2025-06-01")
-        add_result(db, "cpu-old", "abs", "float32", "unsupported")
-        db["runs"].insert({"id": "bench", "run_key": "bench", "started": "2026-06-01", "device": "cpu",
-                           "torch_version": "2.13.0+cpu", "torch_version_key": version_key("2.13.0+cpu"),
-                           "os_name": "Linux", "state": "complete", "source": "bench"})
+        add_older_sweep_and_bench(db)
     db.conn.close()
     return path

@@ -13,9 +13,9 @@ import pytest
 
 from mpsprobe.db import schema
 from mpsprobe.site import make_datasette
-from mpsprobe.versions import version_key
 
-from answers_db import DTYPES, OPS, RTL_OP, add_result, add_run, build_answers_db
+from answers_db import (DTYPES, OPS, RTL_OP, add_older_sweep_and_bench, add_result, add_run,
+                        build_answers_db)
 
 
 @pytest.fixture(scope="module")
@@ -184,11 +184,7 @@ def test_the_canned_search_hides_its_sql_and_has_no_silent_cap(site):
 
 def test_compare_defaults_to_two_sweeps_of_one_device_kind_never_a_bench_run(answers_db, tmp_path):
     path, db = _copy(answers_db, tmp_path, "compare.db")
-    add_run(db, "cpu-old", "cpu", "2.12.0+cpu", "Linux", "2025-06-01")
-    add_result(db, "cpu-old", "abs", "float32", "unsupported")
-    db["runs"].insert({"id": "bench", "run_key": "bench", "started": "2026-06-01", "device": "cpu",
-                       "torch_version": "2.13.0+cpu", "torch_version_key": version_key("2.13.0+cpu"),
-                       "os_name": "Linux", "state": "complete", "source": "bench"})
+    add_older_sweep_and_bench(db)
     db.conn.close()
     ds = _site(path)
     data = get(ds, "/-/compare.json").json()
