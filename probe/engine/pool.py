@@ -469,8 +469,12 @@ class Pool:
         self.checks_end = self.hangs
         for worker in self.workers:
             worker.hangs_seen = max(worker.hangs_seen, self.hangs)
-        self._on_event({"kind": "device_check_failed", "how": kind, "detail": detail,
-                        "signal": signum, "stderr_tail": "\n".join(lines) or None,
+        self._event("device_check_failed", pair, kind, detail, lines, signum)
+
+    def _event(self, kind, pair, how, detail, lines=(), signum=None):
+        """Report something outside any case (on_event): `how` is signal, exit, hang or raised."""
+        self._on_event({"kind": kind, "how": how, "detail": detail, "signal": signum,
+                        "stderr_tail": "\n".join(lines) or None,
                         "before_op": pair["op"] if pair else None, "before_dtype": pair["dtype"] if pair else None})
 
     def _lost(self, worker, queue, on_case, on_pair, timed_out):
@@ -490,9 +494,9 @@ class Pool:
         self._retire(worker)
         why = (f"no reply within {self.timeout:g} s; killed" if timed_out
                else text + (f": {tail}" if tail else ""))
+        how = "hang" if timed_out else ("signal" if signum else "exit")
         if index is None and stage == "health":
             # The device check itself failed: the device's event, not any case's.
-            how = "hang" if timed_out else ("signal" if signum else "exit")
             self._device_failure(pair, how, why, lines, signum)
             queue.appendleft(pair)
             self.say(f"the device check after a killed hang failed ({why}); recorded as a device "
@@ -501,9 +505,7 @@ class Pool:
         if index is None and stage != "samples":
             # Lost between cases, outside anything it announced: no case to charge.
             pair["attempts"] += 1
-            self._on_event({"kind": "worker_lost", "how": "hang" if timed_out else ("signal" if signum else "exit"),
-                            "detail": why, "signal": signum, "stderr_tail": "\n".join(lines) or None,
-                            "before_op": pair["op"], "before_dtype": pair["dtype"]})
+            self._event("worker_lost", pair, how, why, lines, signum)
             if pair["attempts"] < PAIR_ATTEMPTS:
                 queue.appendleft(pair)
                 self.say(f"a worker was lost between cases of {pair['op']} {pair['dtype']} "
