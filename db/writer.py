@@ -30,6 +30,7 @@ RESULT_FIELDS = (
     "max_abs_err", "max_rel_err", "ref_abs_err", "tol_atol", "tol_rtol", "tol_factor",
     "nonfinite_mismatch", "signal", "ref_ms", "target_ms", "speedup", "duration_s",
     "min_macos", "precision_mode", "stderr_tail", "layout",
+    "compile_ms", "eager_ms", "compiled_speedup", "compiled_speedup_lo", "compiled_speedup_hi",
 )
 JSON_RESULT_FIELDS = ("notes", "aten_variants", "aten_dtypes")
 # Run facts a describe() or the options may carry beyond schema 1's.

@@ -98,7 +98,8 @@ def probe(ops=None, dtypes=None, device="auto", samples=3, db="mpsprobe.db", *, 
     `strict_precision`: run with the target's reduced-precision modes (TF32, fast
     math) off; by default they stay as the device has them, and a kernel that ran in
     one is judged against that mode's error. `passes`: which passes of each op
-    (vocabulary.PASSES, a list or "forward,backward"; default all). `layouts`: also run each
+    (vocabulary.PASSES, a list or "forward,backward"; default EAGER_PASSES, every pass but
+    `compiled`). `layouts`: also run each
     forward sample with its input transposed, strided, expanded, channels_last and at a storage
     offset (ops/layouts.py), each a case of its own whose `layout` names it.
     Provenance: `runner_label` names the fleet machine (see `run --runner-label`);

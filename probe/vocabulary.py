@@ -124,15 +124,26 @@ _REASON_KINDS = (
     ReasonKind("no_gradient", (SKIP,), "nothing to differentiate",
                "A backward case whose sample has no input that requires grad or no "
                "differentiable output."),
+    # The compiled pass's own two failures, apart from the eager ones.
+    ReasonKind("compiled_fallback", (FALLBACK,), "the compiler leaves it to eager",
+               "Under torch.compile, part of the op was not compiled: a graph break, or an op with no "
+               "lowering that the generated code calls as an eager kernel on the target (named in "
+               "fallback_ops). Not a CPU fallback: it still runs on the target."),
+    ReasonKind("compile_failed", (ERROR,), "compiling it fails",
+               "torch.compile raised while compiling the op for the target, where the eager op ran "
+               "(the exception's family and message kept)."),
 )
 
 REASON_KIND = {r.name: r for r in _REASON_KINDS}
 REASON_KINDS = tuple(r.name for r in _REASON_KINDS)
 PROBE_FAULT = REASON_KIND["probe_fault"].name
 
-# Which pass of an op a case exercises.
-PASSES = ("forward", "backward", "inplace", "out")
-FORWARD, BACKWARD, INPLACE, OUT = PASSES
+# Which pass of an op a case exercises. `compiled`: the op's forward through
+# torch.compile on the target, judged against the same CPU reference as eager.
+PASSES = ("forward", "backward", "inplace", "out", "compiled")
+FORWARD, BACKWARD, INPLACE, OUT, COMPILED = PASSES
+# The passes a sweep runs unless told otherwise (compiling every op costs minutes).
+EAGER_PASSES = (FORWARD, BACKWARD, INPLACE, OUT)
 
 # How far an output could be checked.
 CHECK_KINDS = ("values", "distribution", "shape", "none")

@@ -4,7 +4,7 @@ import sys
 import click
 
 from mpsprobe.cli import output
-from mpsprobe.vocabulary import PASSES, STATUSES
+from mpsprobe.vocabulary import EAGER_PASSES, PASSES, STATUSES
 
 LOG_EVERY_S = 10   # without a terminal, a progress line at most this often
 
@@ -29,9 +29,10 @@ LOG_EVERY_S = 10   # without a terminal, a progress line at most this often
               help="Which torch to probe: current, a version (2.5.1), a pip requirement, nightly, "
                    "or a path to a Python that has torch. Versions get a cached virtual "
                    "environment (see `mpsprobe envs list`).")
-@click.option("--passes", default=",".join(PASSES), show_default=True,
+@click.option("--passes", default=",".join(EAGER_PASSES), show_default=True,
               help="Which passes of each op: forward, backward (gradients), inplace (op_), "
-                   "out (out=), comma-separated.")
+                   "out (out=), compiled (the forward through torch.compile; not by default), "
+                   "comma-separated.")
 @click.option("--layouts", is_flag=True,
               help="Also run each forward sample with its input transposed, strided, expanded "
                    "(stride 0), channels_last (4-D) and at a storage offset: one case per layout, "

@@ -7,7 +7,7 @@ import zlib
 from dataclasses import dataclass, field
 
 from mpsprobe.errors import MpsprobeError
-from mpsprobe.vocabulary import FORWARD, PASSES
+from mpsprobe.vocabulary import EAGER_PASSES, FORWARD, PASSES
 
 
 class PlanError(MpsprobeError):
@@ -31,7 +31,7 @@ class SweepOptions:
     resume: bool = False          # continue the newest unfinished run
     fresh: bool = False           # never continue: always start a new run
     strict_precision: bool = False  # reduced-precision modes (TF32, fast math) off in workers
-    passes: tuple = PASSES        # which passes of each op: forward, backward, inplace, out
+    passes: tuple = EAGER_PASSES  # which passes of each op (vocabulary.PASSES; compiled only when asked)
     runner_label: str = None      # the fleet machine running it (not part of the run's identity)
     command: str = None           # the command line recorded with the run (default: this process's)
     layouts: bool = False         # also run each forward sample with its input in ops/layouts.py's layouts
