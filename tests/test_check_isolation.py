@@ -1,13 +1,12 @@
 """`check` runs the user's model in a process of its own: a segfault, an abort, an exit or a
 hang in its forward pass, its training step or at import is one line naming what happened
 and where, exit 2, and nothing left running."""
-import os
-import time
 
 import pytest
 from click.testing import CliRunner
 
 from mpsprobe.cli import cli
+from processes import gone_soon
 
 pytestmark = pytest.mark.slow   # model processes that crash and hang
 
@@ -69,11 +68,7 @@ def test_a_model_that_dies_in_its_forward_pass_is_one_line(fault, tmp_path, stor
     assert "during its forward pass, in boom (Inner), after" in error and "aten calls" in error
     assert "Traceback" not in result.output
     if fault == "hang":   # killed, not left running
-        pid = int(pid_file.read_text())
-        deadline = time.monotonic() + 5
-        while _alive(pid) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert not _alive(pid)
+        assert gone_soon([int(pid_file.read_text())])
 
 
 def test_a_model_that_dies_at_import_says_so(tmp_path, store):
@@ -101,14 +96,3 @@ def test_a_model_that_raises_keeps_its_own_line(tmp_path, store):
     assert "the model raised during its forward pass on the CPU: ValueError: bad shape in my model" \
         in result.output
 
-
-def _alive(pid):
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(")")[-1].split()[0] != "Z"
-    except OSError:
-        return True

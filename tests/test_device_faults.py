@@ -5,13 +5,12 @@ one worker, so its pairs run one after another on the same worker; a clean
 sweep of the same ops gives the cases every faulty sweep must still record.
 """
 import json
-import os
-import time
 from pathlib import Path
 
 import pytest
 
 from mpsprobe.vocabulary import CRASH, ERROR, PASS, TIMEOUT
+from processes import gone_soon
 
 pytestmark = pytest.mark.slow   # sweeps through the faulty backend, each case crashing or hanging
 
@@ -141,28 +140,13 @@ def test_a_crash_s_stderr_holds_its_own_case_s_output_only(case_faults, rows):
     assert aborted["stderr_tail"].strip() == ABORT_LINE and aborted["message"] == ABORT_LINE
 
 
-def _alive(pid):
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:   # a zombie has not been reaped yet: it runs nothing
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(")")[-1].split()[0] != "Z"
-    except OSError:
-        return True
 
 
-def _gone_soon(pid, within_s=5.0):
-    deadline = time.monotonic() + within_s
-    while _alive(pid) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return not _alive(pid)
 
 
 def test_a_process_started_in_a_new_session_dies_with_its_case_and_is_named(case_faults, rows):
     pid = int((case_faults["once"] / "setsid").read_text())
-    assert _gone_soon(pid)
+    assert gone_soon([pid])
     cases = _cases(rows, case_faults["db"])
     named = [c for (op, _), c in cases.items() if op == "sin" and _notes(c).get("killed_after_case")]
     assert named and f"pid {pid}" in named[0]["notes"] and "sleep" in named[0]["notes"]
@@ -171,7 +155,7 @@ def test_a_process_started_in_a_new_session_dies_with_its_case_and_is_named(case
 def test_a_new_session_process_outlives_no_crashed_worker(tmp_path, run_cli):
     swept = _sweep(run_cli, tmp_path, {"aten::sin": "setsid_segfault"}, ops="sin")
     assert swept["result"].exit_code == 0, swept["result"].output
-    assert _gone_soon(int((swept["once"] / "setsid").read_text()))
+    assert gone_soon([int((swept["once"] / "setsid").read_text())])
 
 
 def test_python_s_memory_error_is_out_of_memory(case_faults, rows):

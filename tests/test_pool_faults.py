@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from mpsprobe.vocabulary import CRASH, PASS
+from processes import alive, gone_soon
 
 FAULTY_BACKEND = Path(__file__).parent / "faulty_backend.py"
 
@@ -80,12 +81,6 @@ def test_a_worker_exits_with_a_status_naming_the_exception():
         assert f"exiting on {exception.split('(')[0]}" in err, err[-2000:]
 
 
-def _alive(pid):
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 @pytest.mark.slow
@@ -95,7 +90,7 @@ def test_nothing_an_op_starts_outlives_its_case(faulty_sweep):
     pids = [int(p) for p in (faulty_sweep["once"] / "spawned").read_text().split()]
     pids.append(int((faulty_sweep["once"] / "forked").read_text()))
     assert len(pids) == 3
-    assert not [p for p in pids if _alive(p)]
+    assert not [p for p in pids if alive(p)]
 
 
 # A worker's case: it starts a program and forks a child, then waits between cases.
@@ -120,10 +115,7 @@ def test_what_a_case_starts_is_killed_when_the_case_ends_not_when_the_worker_doe
     try:
         pids = [int(p) for p in worker.stdout.readline().split()]
         assert len(pids) == 2
-        deadline = time.monotonic() + 10
-        while [p for p in pids if _alive(p)] and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert not [p for p in pids if _alive(p)]
+        assert gone_soon(pids, within_s=10)
         assert worker.poll() is None            # the worker itself lives on
     finally:
         try:
