@@ -179,3 +179,19 @@ def test_a_sweep_times_one_passing_case_per_pair_and_pass(tmp_path, run_cli, row
             timed = [r for r in cases if r["target_ms"] is not None]
             first_pass = next(r for r in cases if r["status"] == PASS)
             assert timed == [first_pass] and first_pass["ref_ms"] > 0
+
+
+def test_the_recorders_tensor_walk_finds_what_tree_flatten_finds():
+    """The recorder finds a call's tensors without pytree (aten.tensors): the same tensors
+    in the same order, so the dtype a call is filed under and its kernel variant are unchanged."""
+    from collections import OrderedDict, namedtuple
+    from torch.utils._pytree import tree_flatten
+    from mpsprobe.engine.aten import main_dtype, tensors
+    a, b, c = torch.ones(2, dtype=torch.int64), torch.ones(3, 2), torch.ones(1, dtype=torch.float16)
+    pair = namedtuple("pair", "x y")
+    for args, kwargs in [((a, b), {}), (([b, None, a], 2), {"out": c}), ((1, torch.Size([2, 3])), {"w": c}),
+                         ((pair(c, [a, (b,)]),), OrderedDict(z=a, y=b)), ((), {}), ((None, [[]]), {"k": [c, a]})]:
+        expected = [x for x in tree_flatten((args, kwargs))[0] if isinstance(x, torch.Tensor)]
+        assert [id(x) for x in tensors((args, kwargs))] == [id(x) for x in expected], (args, kwargs)
+    assert main_dtype((1, [a]), {}, b) == "int64" and main_dtype((1,), {}, (None, c)) == "float16"
+    assert main_dtype((), {}, None) is None
