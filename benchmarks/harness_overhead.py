@@ -17,11 +17,14 @@ probe worker count, the probe's wall time and the ratio probe / bare. The
 bare loop runs with the intra-op threads a probe worker has (cores / workers).
 --repeat N alternates bare loop and probe N times and prints the median ratio
 (and its range): on a shared machine, only ratios measured back to back mean
-anything. Goal: a ratio of at most 1.5 for a full sweep.
+anything. Goal: a ratio of at most 1.3 for a full sweep. Beside the wall times, the CPU
+seconds each side used (the probe's parent and workers together): under load from other
+work they move far less than wall times do.
 """
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -110,35 +113,48 @@ def main():
                   f"cases in {b['wall_s']:.1f} s = start-up {b['startup_s']:.1f} s + samples "
                   f"{b['samples_s']:.1f} s + op calls {b['calls_s']:.1f} s ({b['failures']} raised); "
                   f"load {os.getloadavg()[0]:.2f}", flush=True)
+            before = _cpu_s(resource.RUSAGE_SELF) + _cpu_s(resource.RUSAGE_CHILDREN)
             p = _common.run_sweep(device=args.device, ops=_common.split(args.ops),
                                   dtypes=_common.split(args.dtypes), samples=args.samples,
                                   timing=args.timing, workers=workers, shard=_common.parse_shard(args.shard))
+            p["cpu_s"] = _cpu_s(resource.RUSAGE_SELF) + _cpu_s(resource.RUSAGE_CHILDREN) - before
             os.remove(p["db"])
             probes[workers].append((b, p))
             print(f"round {round_ + 1}: probe, {workers} worker(s), timing {'on' if args.timing else 'off'}: "
                   f"{p['cases']} cases in "
                   f"{p['wall_s']:.1f} s (start-up {p['startup_s']:.1f} s); ratio "
-                  f"{p['wall_s'] / b['wall_s']:.2f}; load {os.getloadavg()[0]:.2f}", flush=True)
+                  f"{p['wall_s'] / b['wall_s']:.2f}; CPU s bare {b['cpu_s']:.1f}, probe {p['cpu_s']:.1f}, "
+                  f"ratio {p['cpu_s'] / b['cpu_s']:.2f}; load {os.getloadavg()[0]:.2f}", flush=True)
     print("| device | samples | shard | workers | cases | rounds | bare s (start-up + samples + op calls) "
-          "| probe s (start-up) | probe / bare | after start-up |\n|---|---|---|---|---|---|---|---|---|---|")
+          "| probe s (start-up) | probe / bare | after start-up | CPU s bare, probe | CPU probe / bare |"
+          "\n|---|---|---|---|---|---|---|---|---|---|---|---|")
     for workers, pairs in probes.items():
         ratios = [p["wall_s"] / b["wall_s"] for b, p in pairs]
         steady = [(p["wall_s"] - p["startup_s"]) / max(1e-9, b["wall_s"] - b["startup_s"]) for b, p in pairs]
+        cpu = [p["cpu_s"] / b["cpu_s"] for b, p in pairs]
         b = _median_run([b for b, _ in pairs])
         p = _median_run([p for _, p in pairs])
         print(f"| {args.device} | {args.samples} | {args.shard or 'all'} | {workers} | {p['cases']} "
               f"| {len(pairs)} | {b['wall_s']:.1f} ({b['startup_s']:.1f} + {b['samples_s']:.1f} + "
               f"{b['calls_s']:.1f}) | {p['wall_s']:.1f} ({p['startup_s']:.1f}) "
               f"| **{statistics.median(ratios):.2f}** ({min(ratios):.2f}–{max(ratios):.2f}) "
-              f"| {statistics.median(steady):.2f} |", flush=True)
+              f"| {statistics.median(steady):.2f} | {b['cpu_s']:.1f}, {p['cpu_s']:.1f} "
+              f"| {statistics.median(cpu):.2f} ({min(cpu):.2f}–{max(cpu):.2f}) |", flush=True)
 
 
 def _bare(command, workers):
     """One bare loop, with the intra-op threads a probe worker of `workers` has."""
     threads = max(1, (os.cpu_count() or 1) // workers)
+    before = _cpu_s(resource.RUSAGE_CHILDREN)
     out = subprocess.run(command + ["--threads", str(threads)], stdout=subprocess.PIPE, text=True,
                          check=True).stdout
-    return json.loads(out.strip().splitlines()[-1])
+    return dict(json.loads(out.strip().splitlines()[-1]), cpu_s=_cpu_s(resource.RUSAGE_CHILDREN) - before)
+
+
+def _cpu_s(who):
+    """User and system CPU seconds of this process (RUSAGE_SELF) or of its reaped children."""
+    usage = resource.getrusage(who)
+    return usage.ru_utime + usage.ru_stime
 
 
 def _median_run(runs):

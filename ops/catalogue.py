@@ -114,18 +114,8 @@ def save(build, data):
     written only costs the next command its speed."""
     if not build or data.get("torch_version") != build["version"] or data.get("torch_git") != build["git"]:
         return
-    path = cache_path(build)
-    partial = f"{path}.{os.getpid()}.partial"
-    try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(partial, "w") as f:
-            json.dump(data, f)
-        os.replace(partial, path)   # whole or not at all: readers never see half a file
-    except OSError:
-        try:
-            os.remove(partial)
-        except OSError:
-            pass
+    from mpsprobe import cachedirs
+    cachedirs.write_json(cache_path(build), data)
 
 
 def current(say=None):

@@ -111,8 +111,7 @@ def probe(ops=None, dtypes=None, device="auto", samples=3, db="mpsprobe.db", *, 
     Returns a Run.
     """
     from mpsprobe.envs import ensure
-    from mpsprobe.engine.plan import SweepOptions, parse_shard
-    from mpsprobe.engine.sweep import Sweep
+    from mpsprobe.engine.plan import SweepOptions, parse_shard, refuse_unknown_names
     if isinstance(shard, str):
         shard = parse_shard(shard)
     python = ensure(torch, say=say or (lambda text: None))
@@ -122,6 +121,8 @@ def probe(ops=None, dtypes=None, device="auto", samples=3, db="mpsprobe.db", *, 
         mps_fallback=mps_fallback, shard=tuple(shard) if shard else None, python=python,
         resume=resume, fresh=fresh, strict_precision=strict_precision, runner_label=runner_label,
         command=command, layouts=layouts, **({"passes": tuple(_split(passes))} if passes else {}))
+    refuse_unknown_names(options)
+    from mpsprobe.engine.sweep import Sweep   # its store and pool: only once the names are known
     sweep = Sweep(options, say=say)
     env, pairs = sweep.prepare(select)
     todo = sweep.open()

@@ -2,12 +2,14 @@
 without PyTorch's OpInfo database, from a cache kept per torch build."""
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
 
 import pytest
 
+from mpsprobe.engine import described
 from mpsprobe.ops import catalogue
 
 OPINFO_MODULE = "torch.testing._internal.common_methods_invocations"
@@ -22,7 +24,7 @@ except SystemExit as e:
     code = e.code
 else:
     code = 0
-sys.stderr.write("\\nLOADED " + repr(sorted(m for m in ("torch", %r) if m in sys.modules)) + "\\n")
+sys.stderr.write("\\nLOADED " + repr(sorted(m for m in ("torch", %r, "sqlite_utils") if m in sys.modules)) + "\\n")
 sys.exit(code)
 """ % OPINFO_MODULE
 
@@ -59,7 +61,7 @@ def test_a_refused_name_answers_from_the_cache_without_opinfo(warm_cache, tmp_pa
                           "--ops", "conv2d")
     assert out.returncode == 2
     assert "unknown op: 'conv2d' (did you mean nn.functional.conv2d" in out.stderr
-    assert OPINFO_MODULE not in loaded and "torch" not in loaded
+    assert loaded == "[]"   # neither OpInfo, nor torch, nor the store: refused before the sweep's imports
     assert not (tmp_path / "x.db").exists()
     out, loaded, _ = _cli(warm_cache, "run", "--db", tmp_path / "x.db", "--device", "cpu",
                           "--ops", "add", "--dtypes", "float128")
@@ -74,8 +76,47 @@ def test_a_complete_run_re_run_answers_without_opinfo(warm_cache, tmp_path):
     again, loaded, _ = _cli(warm_cache, *args)
     assert again.returncode == 0, again.stderr
     assert "1 of 1 (op, dtype) pairs already done" in again.stderr
-    assert "planned from the cached op catalogue" in again.stderr
-    assert OPINFO_MODULE not in loaded
+    # The first run kept the device's description: no worker (torch) is needed to answer.
+    assert "already complete in the database" in again.stderr and "starting the workers" not in again.stderr
+    assert "torch" not in loaded and OPINFO_MODULE not in loaded
+
+
+@pytest.mark.slow
+def test_a_kept_description_of_another_device_answers_nothing(warm_cache, tmp_path):
+    """A kept description that no longer matches the device (here: made to name another)
+    cannot make a run complete: the workers describe the device, and the run is found as before."""
+    cache = tmp_path / "cache"
+    shutil.copytree(warm_cache, cache)
+    args = ("run", "--db", tmp_path / "x.db", "--device", "cpu", "--ops", "add", "--dtypes",
+            "float32", "--samples", 1, "--workers", 1, "--no-timing", "--passes", "forward")
+    assert _cli(cache, *args)[0].returncode == 0
+    kept = list((cache / "described").iterdir())
+    assert kept
+    for path in kept:
+        data = json.loads(path.read_text())
+        data["env"]["device_name"] = "another CPU"
+        path.write_text(json.dumps(data))
+    again, _, _ = _cli(cache, *args)
+    assert again.returncode == 0, again.stderr
+    assert "already complete in the database" not in again.stderr
+    assert "starting the workers" in again.stderr and "1 of 1 (op, dtype) pairs already done" in again.stderr
+
+
+def test_a_description_is_kept_per_device_setting(tmp_path, monkeypatch):
+    monkeypatch.setenv("MPSPROBE_CACHE", str(tmp_path))
+    build = {"version": "2.13.0", "git": "abc"}
+    key = described.key(build, "cpu", None, False, {"HOME": "/x"})
+    described.save(key, {"device": "cpu", "device_name": "CPU"})
+    assert described.load(key) == {"device": "cpu", "device_name": "CPU"}
+    assert described.key(build, "cpu", None, False, {"HOME": "/y"}) == key   # not a device setting
+    for other in (described.key(build, "cuda", None, False, {}),
+                  described.key(build, "cpu", None, True, {}),
+                  described.key(build, "cpu", None, False, {"CUDA_VISIBLE_DEVICES": "1"}),
+                  described.key({"version": "2.13.0", "git": "abd"}, "cpu", None, False, {})):
+        assert other != key and described.load(other) is None
+    assert described.key(None, "cpu", None, False, {}) is None   # no torch build: nothing kept
+    monkeypatch.setattr(described, "_boot", lambda: None)        # a boot that cannot be told
+    assert described.key(build, "cpu", None, False, {}) is None
 
 
 def test_the_cache_is_kept_per_torch_build_and_catalogue_code(tmp_path, monkeypatch):

@@ -1,12 +1,14 @@
 """Less host work per case, the same verdicts: the reply protocol's held results,
 workers started together and fed at once, sample generation's light bookkeeping."""
 import io
+import json
 import unittest
 
 import pytest
 import torch
 
 from mpsprobe.engine.pool import Pool
+from mpsprobe.engine.timing import MAX_REPS
 from mpsprobe.engine.worker import _Sender
 from mpsprobe.ops import opinfo
 from mpsprobe.ops import samples as sample_tools
@@ -170,7 +172,7 @@ def test_a_sweep_times_one_passing_case_per_pair_and_pass(tmp_path, run_cli, row
     result = run_cli("run", "--db", db, "--backend", fake_mps, "--ops", "exp", "--dtypes", "float16,float32",
                      "--samples", 3, "--workers", 1, "--passes", "forward,backward,out")
     assert result.exit_code == 0, result.output
-    found = rows(db, "SELECT dtype, pass, status, target_ms, ref_ms, case_id FROM results ORDER BY case_id")
+    found = rows(db, "SELECT dtype, pass, status, target_ms, ref_ms, notes, case_id FROM results ORDER BY case_id")
     assert any(r["status"] != PASS for r in found)   # the fake backend's exp is wrong in float16
     for dtype in ("float16", "float32"):
         for pass_ in ("forward", "backward", "out"):
@@ -179,3 +181,24 @@ def test_a_sweep_times_one_passing_case_per_pair_and_pass(tmp_path, run_cli, row
             timed = [r for r in cases if r["target_ms"] is not None]
             first_pass = next(r for r in cases if r["status"] == PASS)
             assert timed == [first_pass] and first_pass["ref_ms"] > 0
+            # Each side's repetitions (within the budget) and spread: the figure with its noise.
+            noise = json.loads(first_pass["notes"])["timing"]
+            assert 1 <= noise["ref_reps"] <= MAX_REPS and 1 <= noise["target_reps"] <= MAX_REPS
+            assert noise["ref_spread_ms"] >= 0 and noise["target_spread_ms"] >= 0
+            assert all("timing" not in json.loads(r["notes"] or "{}") for r in cases if r is not first_pass)
+
+
+def test_the_recorders_tensor_walk_finds_what_tree_flatten_finds():
+    """The recorder finds a call's tensors without pytree (aten.tensors): the same tensors
+    in the same order, so the dtype a call is filed under and its kernel variant are unchanged."""
+    from collections import OrderedDict, namedtuple
+    from torch.utils._pytree import tree_flatten
+    from mpsprobe.engine.aten import main_dtype, tensors
+    a, b, c = torch.ones(2, dtype=torch.int64), torch.ones(3, 2), torch.ones(1, dtype=torch.float16)
+    pair = namedtuple("pair", "x y")
+    for args, kwargs in [((a, b), {}), (([b, None, a], 2), {"out": c}), ((1, torch.Size([2, 3])), {"w": c}),
+                         ((pair(c, [a, (b,)]),), OrderedDict(z=a, y=b)), ((), {}), ((None, [[]]), {"k": [c, a]})]:
+        expected = [x for x in tree_flatten((args, kwargs))[0] if isinstance(x, torch.Tensor)]
+        assert [id(x) for x in tensors((args, kwargs))] == [id(x) for x in expected], (args, kwargs)
+    assert main_dtype((1, [a]), {}, b) == "int64" and main_dtype((1,), {}, (None, c)) == "float16"
+    assert main_dtype((), {}, None) is None

@@ -9,6 +9,7 @@ import asyncio
 import json
 import re
 import sqlite3
+import time
 from pathlib import Path
 
 import pytest
@@ -300,3 +301,14 @@ def test_a_virtual_machine_s_speed_is_never_shown_as_bare_metal(bench_db, tmp_pa
     conn.execute("UPDATE runs SET virtualized = 0")
     assert speed_of(conn, model)["device"] == "mps"
     conn.close()
+
+
+def test_a_cases_timing_stops_at_its_budget_and_keeps_its_spread():
+    """A case's timing repeats a cheap call up to MAX_REPS times and a slow one once the
+    budget is spent (never less than once); the median and interquartile spread are the times'."""
+    from mpsprobe.engine.timing import BUDGET_S, MAX_REPS, repeated_ms, summarize
+    calls = []
+    assert len(repeated_ms(lambda: calls.append(1), lambda: None)) == MAX_REPS == len(calls)
+    slow = repeated_ms(lambda: time.sleep(BUDGET_S * 1.2), lambda: None)
+    assert len(slow) == 1 and slow[0] >= BUDGET_S * 1000
+    assert summarize([4.0, 1.0, 3.0, 2.0, 5.0]) == (3.0, 2.0) and summarize([7.0]) == (7.0, 0.0)

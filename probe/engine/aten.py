@@ -18,17 +18,33 @@ def _dtype_name(dtype):
     return str(dtype).replace("torch.", "")
 
 
-def main_dtype(args, kwargs, out):
+def tensors(tree):
+    """The tensors among the leaves of nested lists, tuples and dicts, in tree_flatten's order.
+
+    Aten arguments and outputs are made of nothing else, and a recorder looks at every
+    dispatch: pytree's general flattening was most of its cost."""
+    found = []
+    stack = [tree]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, torch.Tensor):
+            found.append(x)
+        elif isinstance(x, (list, tuple)):
+            stack.extend(reversed(x))
+        elif isinstance(x, dict):
+            stack.extend(reversed(list(x.values())))
+    return found
+
+
+def main_dtype(args, kwargs, out, inputs=None):
     """The dtype a call is filed under: its first tensor argument's, else its first output's.
 
     The probe files a case under its sample's dtype, which is the first argument's
     (`nll_loss_forward(float32 input, int64 target)` is a float32 case).
+    `inputs`: the tensors of (args, kwargs), where the caller has them already.
     """
-    for tree in ((args, kwargs), out):
-        for x in tree_flatten(tree)[0]:
-            if isinstance(x, torch.Tensor):
-                return _dtype_name(x.dtype)
-    return None
+    first = (tensors((args, kwargs)) if inputs is None else inputs) or tensors(out)
+    return _dtype_name(first[0].dtype) if first else None
 
 
 # Conversions: filed under the dtype they convert to as well, since the target
@@ -37,9 +53,9 @@ CONVERSIONS = ("aten::_to_copy", "aten::to.dtype", "aten::to.dtype_layout", "ate
                "aten::to.device", "aten::_to_dtype")
 
 
-def filed_dtypes(name, args, kwargs, out):
+def filed_dtypes(name, args, kwargs, out, inputs=None):
     """The dtypes one call is filed under: its main dtype and, for a conversion, the dtype it makes."""
-    first = main_dtype(args, kwargs, out)
+    first = main_dtype(args, kwargs, out, inputs)
     if name in CONVERSIONS and isinstance(out, torch.Tensor) and _dtype_name(out.dtype) != first:
         return [first, _dtype_name(out.dtype)]
     return [first]
@@ -84,13 +100,14 @@ def _dims(value, rank):
     return "(" + ",".join(map(str, ends)) + ")"
 
 
-def variant(func, args, kwargs):
+def variant(func, args, kwargs, inputs=None):
     """What selects the kernel one call runs, beyond its name and dtype: the rank of
     its first tensor ("4-D", "2-D empty" when it has no elements) and the arguments
     KERNEL_ARGUMENTS and REDUCTIONS list.
     The probe records it per case and `check` per model call, so each is answered
     from cases that ran the same variant."""
-    first = next((x for x in tree_flatten((args, kwargs))[0] if isinstance(x, torch.Tensor)), None)
+    inputs = tensors((args, kwargs)) if inputs is None else inputs
+    first = inputs[0] if inputs else None
     rank = first.dim() if first is not None else 0
     parts = [f"{rank}-D" if first is not None else "no tensor"]
     if first is not None and first.numel() == 0 and rank:
@@ -146,13 +163,13 @@ class AtenCapture(TorchDispatchMode):
             return func(*args, **kwargs)
         name = aten_name(func)
         self.counts[name] += 1
-        leaves, _ = tree_flatten((args, kwargs))
+        inputs = tensors((args, kwargs))
         seen = self.dtypes.setdefault(name, set())
-        seen.update(_dtype_name(x.dtype) for x in leaves if isinstance(x, torch.Tensor))
+        seen.update(_dtype_name(x.dtype) for x in inputs)
         where = self._where() if self._where is not None else None
         line = self._source() if self._source is not None else None
         try:
-            kind = variant(func, args, kwargs)
+            kind = variant(func, args, kwargs, inputs)
         except Exception:   # an argument of an unexpected kind: the call still counts
             kind = None
         widened = self.filing_as is not None
@@ -163,7 +180,7 @@ class AtenCapture(TorchDispatchMode):
                 raise
             out = self._widened(func, args, kwargs)
             widened = True
-        for dtype in filed_dtypes(name, args, kwargs, out):
+        for dtype in filed_dtypes(name, args, kwargs, out, inputs):
             if self.filing_as is not None:
                 dtype = _FILED_AS[self.filing_as].get(dtype, dtype)
             if widened:
@@ -247,24 +264,24 @@ class _OpsAndShapes(TorchDispatchMode):
         name = _NAMES.get(func) or _NAMES.setdefault(func, aten_name(func))
         kwargs = kwargs or {}
         self._seen.setdefault(name, None)
+        inputs = tensors((args, kwargs))   # looked at once, shapes and ranks as after the call
         try:
             out = func(*args, **kwargs)
         except Exception:
-            self._file(name, args, kwargs, None)   # the call that raised ran in these
+            self._file(name, args, kwargs, None, inputs)   # the call that raised ran in these
             raise
-        self._file(name, args, kwargs, out)
+        self._file(name, args, kwargs, out, inputs)
         if name not in self.shapes:
-            self.shapes[name] = [tuple(x.shape) for x in tree_flatten((args, kwargs))[0]
-                                 if isinstance(x, torch.Tensor)]
+            self.shapes[name] = [tuple(x.shape) for x in inputs]
         try:
-            self.variants.setdefault(name, set()).add(variant(func, args, kwargs))
+            self.variants.setdefault(name, set()).add(variant(func, args, kwargs, inputs))
         except Exception:   # an argument of an unexpected kind: the call still counts
             pass
         return out
 
-    def _file(self, name, args, kwargs, out):
+    def _file(self, name, args, kwargs, out, inputs):
         try:
-            filed = filed_dtypes(name, args, kwargs, out)
+            filed = filed_dtypes(name, args, kwargs, out, inputs)
         except Exception:   # an argument of an unexpected kind: the op stays unfiled
             return
         self.dtypes.setdefault(name, set()).update(d for d in filed if d is not None)

@@ -28,7 +28,7 @@ from . import ambiguity, classify, distributions, judge, precision
 from .aten import recorded_once
 from .execute import (OUT_OF_MEMORY, _call, _call_on_target, _moved, _out_of_memory, _result, fallbacks,
                       filed_fallback, refusal)
-from .timing import median_ms, wanted as timing_wanted
+from .timing import both_sides, wanted as timing_wanted
 from .verdict import compare
 
 _kinds = dict(zip(REASON_KINDS, REASON_KINDS))
@@ -284,11 +284,13 @@ def run_backward_case(op, dtype, sample, target, op_key, timing=True, aten_cache
     kind = filed_fallback(fell, status, kind, fields, notes)
     if verdict.notes:
         notes["verdict"] = list(verdict.notes)
-    fields["notes"] = notes or None
     if verdict.precision_mode:
         fields["precision_mode"] = verdict.precision_mode
     if timing_wanted(timing, status):
-        fields.update(_time(cpu_outputs, cpu_inputs, grad_outputs, target_outputs, target_inputs, moved, target))
+        # The backward alone, on both sides (the graph kept between repetitions).
+        fields.update(both_sides(lambda: _gradients(cpu_outputs, cpu_inputs, grad_outputs, True),
+                                 lambda: _gradients(target_outputs, target_inputs, moved, True), target, notes))
+    fields["notes"] = notes or None
     return done(status, reason.replace("output", "gradient", 1) if reason.startswith("output") else reason,
                 kind, **fields)
 
@@ -330,17 +332,3 @@ def _random_gradient(op, dtype, sample, target, op_key, cpu_args, aten_cache, do
                 check_kind=judge.DISTRIBUTION if result.status != SKIP else "none", notes=notes,
                 fallback_ops=[], **fields)
 
-
-def _time(cpu_outputs, cpu_inputs, grad_outputs, target_outputs, target_inputs, moved, target):
-    """The backward alone, timed on both sides (the graph kept between repetitions)."""
-    try:
-        ref_ms = median_ms(lambda: _gradients(cpu_outputs, cpu_inputs, grad_outputs, True), lambda: None)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            with target.context():
-                target_ms = median_ms(lambda: _gradients(target_outputs, target_inputs, moved, True),
-                                      target.synchronize)
-    except Exception:
-        return {}
-    return {"ref_ms": ref_ms, "target_ms": target_ms,
-            "speedup": ref_ms / target_ms if target_ms > 0 else None}

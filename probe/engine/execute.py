@@ -13,7 +13,7 @@ from .aten import recorded_once
 from .judge import NO_UNIQUE_ANSWER, REFERENCE_FAILED
 from .verdict import compare
 from .verdict import compare as compare_outputs
-from .timing import median_ms, wanted as timing_wanted
+from .timing import both_sides, wanted as timing_wanted
 from .witness import witness
 
 OUT_OF_MEMORY = "out_of_memory"
@@ -312,7 +312,7 @@ def run_case(op, dtype, sample, target, nondeterministic=False, timing=True, unc
 
     memory = target.memory()
     if timing_wanted(timing, status):
-        fields.update(_time(op, cpu_args, target_args, target))
+        fields.update(both_sides(lambda: _call(op, cpu_args), lambda: _call(op, target_args), target, notes))
         memory = _peak(memory, target.memory())
     notes.update(memory)
     fields["notes"] = notes or None
@@ -384,15 +384,3 @@ def _call_on_target(op, cpu_args, target_args, target):
         _synchronize(target)
     return out, retry_args
 
-
-def _time(op, cpu_args, target_args, target):
-    try:
-        ref_ms = median_ms(lambda: _call(op, cpu_args), lambda: None)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            with target.context():
-                target_ms = median_ms(lambda: _call(op, target_args), target.synchronize)
-    except Exception:
-        return {}
-    return {"ref_ms": ref_ms, "target_ms": target_ms,
-            "speedup": ref_ms / target_ms if target_ms > 0 else None}

@@ -36,7 +36,6 @@ rung as a win only where the speedup's interval excludes 1.
 """
 import gc
 import math
-import statistics
 import time
 from dataclasses import dataclass
 from typing import Optional
@@ -45,6 +44,7 @@ import torch
 
 from ..vocabulary import BACKWARD, FORWARD, REASON_KIND
 from mpsprobe.ops.ladders import GiB
+from .timing import summarize  # noqa: F401  (a ladder's median and spread; also imported from here)
 
 OUT_OF_MEMORY = REASON_KIND["out_of_memory"].name
 ALWAYS = "always"   # crossover(): the target wins from the first measured rung
@@ -145,16 +145,6 @@ def median_interval(times_ms, confidence=SIDE_CONFIDENCE):
     if k == 0:
         return None, None
     return ordered[k - 1], ordered[n - k]
-
-
-def summarize(times_ms):
-    """(median, interquartile range) of a list of times; (None, None) if empty."""
-    if not times_ms:
-        return None, None
-    if len(times_ms) < 2:
-        return times_ms[0], 0.0
-    q1, _, q3 = statistics.quantiles(times_ms, n=4, method="inclusive")
-    return statistics.median(times_ms), q3 - q1
 
 
 @dataclass

@@ -60,6 +60,20 @@ class SweepOptions:
             raise PlanError(f"--workers must be at least 1, or 0 for one per CPU core (got {self.workers})")
 
 
+def refuse_unknown_names(options):
+    """Refuse (PlanError) an op or dtype the cached catalogue does not know, before a sweep
+    imports its store and pool: a mistyped name answers at once. Without a cached
+    catalogue nothing is refused here (the sweep checks once a worker has read it)."""
+    from mpsprobe.ops import catalogue
+    options.check()
+    cached = catalogue.load(catalogue.torch_build(options.python))
+    if cached is not None:
+        try:
+            catalogue.pairs(cached, options.ops, options.dtypes, options.passes)
+        except catalogue.CatalogueError as e:
+            raise PlanError(str(e)) from None
+
+
 def case_key(index, pass_=FORWARD, layout=None):
     """How a recorded case is named between the sweep and its workers (the `done`
     lists): the sample index for a forward case, "index|pass" for the others;

@@ -35,7 +35,6 @@ import time
 from mpsprobe.errors import MpsprobeError
 from mpsprobe.vocabulary import CRASH, ERROR, FORWARD, PASS_COLUMN, TIMEOUT
 from . import leftovers
-from .classify import crash_evidence
 from .launch import worker_command
 from .plan import case_key, key_index
 
@@ -169,6 +168,7 @@ def _next_index(pair):
 
 def _evidence(lines):
     """What a dead worker's last stderr lines name: the cause's reason kind, op and macOS."""
+    from .classify import crash_evidence   # the message catalogue: only once a worker died
     evidence = crash_evidence("\n".join(lines))
     if evidence is None:
         return {}

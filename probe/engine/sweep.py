@@ -11,7 +11,7 @@ from dataclasses import asdict
 import mpsprobe
 from mpsprobe.db import schema
 from mpsprobe.db.writer import RunWriter
-from . import environment
+from . import described, environment
 from mpsprobe.ops import catalogue
 from .launch import worker_command
 from .plan import PlanError, SweepOptions, in_shard, parse_shard, run_key  # noqa: F401
@@ -106,6 +106,7 @@ class Sweep:
                          python=options.python, env=worker_env(options))
         self.env = self.pairs = self.writer = None
         self.resumed = False
+        self.described_from_cache = False   # the device's description is the one kept (described.py)
 
     def _size_is_known(self):
         """Whether the pool's size is settled before the device is described: --workers
@@ -148,12 +149,17 @@ class Sweep:
             raise SweepError(str(e)) from None
         if cached and not planned:
             self._refuse_no_pairs()
+        description_key = None if options.backend else described.key(
+            build, options.device, options.python, options.strict_precision, self.pool.env or os.environ)
+        if cached and self._complete_as_described(described.load(description_key), planned, select):
+            return self.env, self.pairs
         self.say("planned from the cached op catalogue; starting the workers (torch) …" if cached else
                  "loading the op catalogue (torch and its OpInfo database) …")
         try:
             if self._size_is_known():
                 self.pool.start()   # all at once: each imports torch and the catalogue meanwhile
             self.env = self.pool.request({"cmd": "describe"})["env"]
+            described.save(description_key, self.env)
             self._fit_pool_to_device()
             self.pool.start()
             if not cached:
@@ -169,6 +175,32 @@ class Sweep:
         self.pairs = [p for p in planned if in_shard(p, options.shard)
                       and (select is None or select(p))]
         return self.env, self.pairs
+
+    def _complete_as_described(self, env, planned, select):
+        """True when the database already holds this run complete, judged with the device's
+        kept description `env` (described.py): no worker need start to answer that. Sets the
+        env and pairs; the run is then claimed as any run is (open)."""
+        options = self.options
+        if env is None or options.fresh or options.resume or not os.path.isfile(options.db_path):
+            return False
+        pairs = [p for p in planned if in_shard(p, options.shard) and (select is None or select(p))]
+        try:
+            db = schema.open_db(options.db_path, readonly=True)
+        except schema.DatabaseError:
+            return False   # one to migrate, or not a database: the usual way says so
+        try:
+            newest = list(db.query("SELECT id, state FROM runs WHERE run_key = ? ORDER BY started DESC "
+                                   "LIMIT 1", [run_key(env, options)]))
+            done = {(r["op_id"], r["dtype"]) for r in db.query(
+                "SELECT op_id, dtype FROM pairs_done WHERE run_id = ?", [newest[0]["id"]])} if newest else set()
+        finally:
+            db.conn.close()
+        # The run claim() will pick: complete, with every planned pair finished.
+        if not newest or newest[0]["state"] != "complete" or any((p["op"], p["dtype"]) not in done for p in pairs):
+            return False
+        self.env, self.pairs, self.described_from_cache = env, pairs, True
+        self.say("already complete in the database (the device as its last description says; no worker started)")
+        return True
 
     def _refuse_no_pairs(self):
         self.pool.close()
@@ -204,8 +236,26 @@ class Sweep:
             self.pool.close()
             raise
         done_pairs, done_cases = self.writer.done()
-        return [dict(pair, done=done_cases.get((pair["op"], pair["dtype"]), []))
+        todo = [dict(pair, done=done_cases.get((pair["op"], pair["dtype"]), []))
                 for pair in self.pairs if (pair["op"], pair["dtype"]) not in done_pairs]
+        if todo and self.described_from_cache:
+            # The run changed since prepare looked: its cases run only on a device described anew.
+            self._check_described(run_key(self.env, options))
+        return todo
+
+    def _check_described(self, claimed_key):
+        try:
+            env = self.pool.request({"cmd": "describe"})["env"]
+        except WorkerError as e:
+            self.writer.close()
+            self.pool.close()
+            raise SweepError(str(e)) from None
+        if run_key(env, self.options) != claimed_key:
+            self.writer.close()
+            self.pool.close()
+            raise SweepError("the device is no longer the one this run was recorded on; run the "
+                             "command again")
+        self.env, self.described_from_cache = env, False
 
     def run(self, todo, on_case=None, on_pair=None, should_stop=lambda: False):
         """Run `todo` to the end (or until should_stop()); returns (state, total, counts).
