@@ -177,3 +177,16 @@ def test_a_compile_past_its_budget_is_a_timeout_and_the_rest_still_runs(tmp_path
     assert found[COMPILED]["status"] == TIMEOUT
     assert "compile budget" in found[COMPILED]["reason"]
     assert found[FORWARD]["status"] == PASS
+
+
+@pytest.mark.slow
+def test_a_bundle_and_a_merge_carry_the_compiled_columns(compiled_db, tmp_path, run_cli, rows):
+    bundle_path, merged = tmp_path / "compiled.bundle.json", tmp_path / "merged.db"
+    assert run_cli("submit", "--db", compiled_db, "-o", bundle_path).exit_code == 0
+    assert run_cli("verify", bundle_path).exit_code == 0
+    result = run_cli("merge", bundle_path, "-o", merged)
+    assert result.exit_code == 0, result.output
+    columns = "op_id, status, compile_ms, eager_ms, compiled_speedup, compiled_speedup_lo, compiled_speedup_hi"
+    sql = f"SELECT {columns} FROM results WHERE {PASS_COLUMN} = '{COMPILED}' ORDER BY op_id"
+    assert rows(merged, sql) == rows(compiled_db, sql)
+    assert any(r["compiled_speedup"] for r in rows(merged, sql))
