@@ -29,7 +29,7 @@ import os
 import re
 import time
 
-from mpsprobe.vocabulary import ERROR, FALLBACK, PASS, SKIP
+from mpsprobe.vocabulary import ERROR, FALLBACK, PASS, REASON_KIND, SKIP
 
 COMPILE_BUDGET_S = 60.0      # a compiled case's default budget, compiling included (--compile-timeout)
 SPEED_ELEMENTS = 1 << 22     # the speed comparison's input: the largest ladder rung up to this many elements
@@ -37,9 +37,9 @@ SPEED_REPS, SPEED_BUDGET_S = 9, 1.0   # each side: 9 timed calls (an interval ne
 
 COMPILED_SAMPLES = 1         # samples per (op, dtype) a compiled pass runs by default (each compiles anew)
 
-COMPILE_FAILED = "compile_failed"
-COMPILED_FALLBACK = "compiled_fallback"
-NO_UNIQUE_ANSWER = "no_unique_answer"
+COMPILE_FAILED = REASON_KIND["compile_failed"].name
+COMPILED_FALLBACK = REASON_KIND["compiled_fallback"].name
+NO_UNIQUE_ANSWER = REASON_KIND["no_unique_answer"].name
 
 # Exceptions raised by the compiler itself, by the module that defines them.
 _COMPILER_MODULES = ("torch._dynamo", "torch._inductor", "torch._subclasses", "torch.fx",
