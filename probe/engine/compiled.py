@@ -138,7 +138,9 @@ class CompiledForm:
         self.graphs = 0
         self.compile_ms = None
         self.failed = None       # the exception of a compile that failed
+        self.called = False      # whether the case got as far as calling it (not when the reference failed)
         self.codes = []
+        self.breaks = []
 
         def backend(gm, example_inputs):
             from torch._inductor.compile_fx import compile_fx
@@ -151,7 +153,7 @@ class CompiledForm:
         from torch.utils._python_dispatch import _disable_current_modes
         if self.failed is not None:
             raise self.failed    # asked again (a dispatch witness): the same failure, not a second compile
-        first = self.compile_ms is None
+        first, self.called = self.compile_ms is None, True
         started = time.perf_counter()
         try:
             # The target's dispatch mode (a test backend's) stays out: the compiled form's
@@ -183,7 +185,6 @@ class CompiledForm:
         finally:
             GraphLowering.save_output_code = saved
             self.breaks = graph_breaks(list(counters["graph_break"]))
-            self.captured = sum(counters["stats"].get(k, 0) for k in ("calls_captured", "unique_graphs"))
             torch._dynamo.reset()   # the next case starts from nothing
 
     def left_to_eager(self):
@@ -223,6 +224,8 @@ def run_compiled_case(op, dtype, sample, target, op_key, timing=True, aten_cache
 
 def filed(result, form):
     """run_case's result for the compiled form, with what the compile did filed into it."""
+    if not form.called:
+        return result   # nothing was compiled: the reference or the transfer decided the case
     notes = dict(result.get("notes") or {})
     kernels, extern = fallback_kernels(form.codes)
     notes["compiled"] = {k: v for k, v in (("graphs", form.graphs), ("graph_breaks", form.breaks),
