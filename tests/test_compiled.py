@@ -190,3 +190,10 @@ def test_a_bundle_and_a_merge_carry_the_compiled_columns(compiled_db, tmp_path, 
     sql = f"SELECT {columns} FROM results WHERE {PASS_COLUMN} = '{COMPILED}' ORDER BY op_id"
     assert rows(merged, sql) == rows(compiled_db, sql)
     assert any(r["compiled_speedup"] for r in rows(merged, sql))
+
+
+def test_a_break_on_a_skipped_function_names_it():
+    reason = ("Attempted to call function marked as skipped\n  Explanation: ...\n\n  Developer debug context: "
+              "module: torch.random, qualname: manual_seed, skip reason: <missing reason>")
+    assert compiled.graph_breaks([reason]) == [
+        "graph break: Attempted to call function marked as skipped (torch.random.manual_seed)"]

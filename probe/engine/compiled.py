@@ -48,6 +48,7 @@ _COMPILER_MODULES = ("torch._dynamo", "torch._inductor", "torch._subclasses", "t
 _KERNEL_CALL = re.compile(r"\btorch\.ops\.(\w+)\.(\w+)\.(\w+)\(")
 _EXTERN_CALL = re.compile(r"\bextern_kernels\.(\w+)\(")
 _BREAK_OP = re.compile(r"\b(aten|prims)\.(\w+)\.(\w+)\b")
+_BREAK_FUNCTION = re.compile(r"module: ([\w.]+), qualname: ([\w.<>]+)")
 
 # OpInfo key -> the speed ladder (ops/ladders.py) that times it, where the names differ.
 LADDER_OF = {"div.no_rounding_mode": "div", "nn.functional.relu": "relu", "nn.functional.gelu": "gelu",
@@ -100,11 +101,14 @@ def fallback_kernels(codes):
 
 def graph_breaks(reasons):
     """Names for Dynamo's graph-break reasons: the aten op a reason names (a data-dependent
-    output shape), else `graph break: ` and its first line."""
+    output shape), else `graph break: ` and its first line, with the function it would not
+    trace where it names one (a function marked as skipped)."""
     named = []
     for reason in reasons:
-        op = _BREAK_OP.search(reason)
+        op, function = _BREAK_OP.search(reason), _BREAK_FUNCTION.search(reason)
         name = op_name(*op.groups()) if op else "graph break: " + (reason.strip().splitlines() or ["?"])[0][:160]
+        if not op and function:
+            name += f" ({'.'.join(function.groups())})"
         if name not in named:
             named.append(name)
     return named
@@ -123,6 +127,24 @@ def compile_error(exc):
 def _raised_by_compiler(exc):
     module = type(exc).__module__ or ""
     return any(module == m or module.startswith(m + ".") for m in _COMPILER_MODULES)
+
+
+@contextlib.contextmanager
+def _unseeded():
+    """OpInfo's wrapper_set_seed without its torch.manual_seed, which Dynamo will not trace:
+    OpInfo wraps sdpa, multi-head attention and others in it for their random samples, which
+    this pass does not compile. Without this each would break its graph on the wrapper, not
+    on the op."""
+    from torch.testing._internal import common_methods_invocations as listed
+    seeded = getattr(listed, "wrapper_set_seed", None)
+    if seeded is None:
+        yield
+        return
+    listed.wrapper_set_seed = lambda op, *args, **kwargs: op(*args, **kwargs)
+    try:
+        yield
+    finally:
+        listed.wrapper_set_seed = seeded
 
 
 class CompiledForm:
@@ -158,7 +180,7 @@ class CompiledForm:
         try:
             # The target's dispatch mode (a test backend's) stays out: the compiled form's
             # own behaviour comes from target.compiler().
-            with _disable_current_modes(), self.target.compiler():
+            with _disable_current_modes(), self.target.compiler(), _unseeded():
                 out = self.compiled(inp, *rest, **kwargs)
         except Exception as e:
             if first and _raised_by_compiler(e):
