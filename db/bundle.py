@@ -341,7 +341,8 @@ def _check_timings(run, results, verdict):
         verdict.problems.append("the run finished before it started")
     limit = (wall or 0) + WALL_SLACK_S if wall is not None else None
     for r in results:
-        for key, scale in (("duration_s", 1.0), ("ref_ms", 1e-3), ("target_ms", 1e-3)):
+        for key, scale in (("duration_s", 1.0), ("ref_ms", 1e-3), ("target_ms", 1e-3), ("eager_ms", 1e-3),
+                           ("compile_ms", 1e-3)):
             value = r.get(key)
             if value is None:
                 continue

@@ -200,10 +200,13 @@ def pairs(data, ops=None, dtypes=None, passes=None):
     return found
 
 
-def planned_cases(pair, samples):
-    """The cases a pair is planned to give: `samples` per pass it has (fewer when
-    OpInfo makes fewer samples for it)."""
-    return samples * len(pair["passes"])
+def planned_cases(pair, samples, compiled_samples=1):
+    """The cases a pair is planned to give: `samples` per pass it has, `compiled_samples`
+    (at most `samples`) for the compiled pass (fewer when OpInfo makes fewer samples)."""
+    from mpsprobe.vocabulary import COMPILED
+    eager = [p for p in pair["passes"] if p != COMPILED]
+    compiled = len(pair["passes"]) - len(eager)
+    return samples * len(eager) + compiled * max(1, min(samples, compiled_samples))
 
 
 def suggest(name, keys, n=5):

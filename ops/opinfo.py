@@ -204,7 +204,8 @@ def differentiable(opinfo, dtype):
 
 
 def variant(opinfo, pass_):
-    """The callable a pass runs: the in-place variant, or the op itself for out= (None: none)."""
+    """The callable a pass runs: the in-place variant, or the op itself for out= and the
+    compiled pass (which compiles it) (None: none)."""
     from mpsprobe.vocabulary import INPLACE, OUT
     if pass_ == INPLACE:
         return getattr(opinfo, "inplace_variant", None) or _inplace_keyword(opinfo.op)
@@ -228,12 +229,21 @@ def _inplace_keyword(op):
     return inplace
 
 
+def compilable(opinfo):
+    """Whether the op has a compiled pass: every op with a forward but the random and
+    uninitialised ones (Inductor draws from its own generator: no value to compare)."""
+    return not is_nondeterministic(op_key(opinfo))
+
+
 def passes(opinfo, dtype, wanted):
     """The passes of `wanted` (vocabulary.PASSES order) the op has in `dtype`."""
-    from mpsprobe.vocabulary import BACKWARD, FORWARD
+    from mpsprobe.vocabulary import BACKWARD, COMPILED, FORWARD
     found = []
     for pass_ in wanted:
-        if pass_ == FORWARD or (pass_ == BACKWARD and differentiable(opinfo, dtype)) \
+        if pass_ == COMPILED:
+            if compilable(opinfo):
+                found.append(pass_)
+        elif pass_ == FORWARD or (pass_ == BACKWARD and differentiable(opinfo, dtype)) \
                 or (pass_ not in (FORWARD, BACKWARD) and variant(opinfo, pass_) is not None):
             found.append(pass_)
     return found

@@ -86,8 +86,8 @@ class Run:
 def probe(ops=None, dtypes=None, device="auto", samples=3, db="mpsprobe.db", *, timing=True,
           workers=0, timeout=60.0, mps_fallback=False, shard=None, torch="current",
           backend=None, resume=False, fresh=False, strict_precision=False, passes=None, select=None,
-          runner_label=None, command=None, layouts=False, on_start=None, on_case=None, on_pair=None,
-          say=None):
+          runner_label=None, command=None, layouts=False, compiled_samples=1, compile_timeout=60.0,
+          on_start=None, on_case=None, on_pair=None, say=None):
     """Probe ops (OpInfo names or globs; all by default) in dtypes on a device.
 
     Each case runs on the CPU and on the target in an isolated worker and is
@@ -99,7 +99,9 @@ def probe(ops=None, dtypes=None, device="auto", samples=3, db="mpsprobe.db", *, 
     math) off; by default they stay as the device has them, and a kernel that ran in
     one is judged against that mode's error. `passes`: which passes of each op
     (vocabulary.PASSES, a list or "forward,backward"; default EAGER_PASSES, every pass but
-    `compiled`). `layouts`: also run each
+    `compiled`). `compiled_samples`: samples per (op, dtype) of the compiled pass (at most
+    `samples`); `compile_timeout`: seconds a compiled case may take, compiling included (past
+    it: `timeout`, the worker replaced). `layouts`: also run each
     forward sample with its input transposed, strided, expanded, channels_last and at a storage
     offset (ops/layouts.py), each a case of its own whose `layout` names it.
     Provenance: `runner_label` names the fleet machine (see `run --runner-label`);
@@ -120,7 +122,8 @@ def probe(ops=None, dtypes=None, device="auto", samples=3, db="mpsprobe.db", *, 
         samples=samples, timing=timing, workers=workers, timeout=timeout,
         mps_fallback=mps_fallback, shard=tuple(shard) if shard else None, python=python,
         resume=resume, fresh=fresh, strict_precision=strict_precision, runner_label=runner_label,
-        command=command, layouts=layouts, **({"passes": tuple(_split(passes))} if passes else {}))
+        command=command, layouts=layouts, compiled_samples=compiled_samples,
+        compile_timeout=compile_timeout, **({"passes": tuple(_split(passes))} if passes else {}))
     refuse_unknown_names(options)
     from mpsprobe.engine.sweep import Sweep   # its store and pool: only once the names are known
     sweep = Sweep(options, say=say)

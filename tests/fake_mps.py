@@ -28,6 +28,10 @@ each comes from):
   or refuses inputs of one rank only, in MPS's words (3-D convolution);
 - a backward kernel is missing (softplus_backward, as on MPS for years), and
   another returns gradients off by a factor;
+- under torch.compile (the compiled pass, through `compiler()`): an op Inductor has no
+  lowering for, so the generated code calls the eager kernel (`compiled_no_lowering`), and
+  an op whose generated kernel gives wrong numbers (`compiled_wrong`), an op whose lowering
+  raises, failing the compile (`compiled_broken`), as a new backend's compiler might. Inductor's graph cache is off meanwhile (its key does not see lowerings);
 - a simulated Mac (`machine: {"chip": "Apple M1", "gpu_cores": 8, "macos": "13.6",
   "virtualized": 0}`): the run records that machine's facts in place of the host's
   (its device name still says test backend, and so does every result), so a fleet
@@ -40,6 +44,7 @@ keys as in DEFAULTS), so each test picks its own ops.
 
 Use: mpsprobe run --backend tests/fake_mps.py --ops ...
 """
+import contextlib
 import json
 import os
 import sys
@@ -147,6 +152,9 @@ DEFAULTS = {
     "refuse_rank": {},                           # op -> [rank, MPS text]: raised for inputs of that
                                                  #   rank only (5-D convolution below macOS 13.2)
     "machine": None,                             # a simulated Mac's facts (see the docstring)
+    "compiled_no_lowering": ["aten::cos"],       # compiled: no lowering, a fallback kernel in the code
+    "compiled_wrong": ["aten::sin"],             # compiled: the generated kernel is off (x * 1.25 + 0.5)
+    "compiled_broken": ["aten::tan"],            # compiled: lowering it raises (the compile fails)
 }
 
 # Read once, when the backend loads, as MPSFallback.mm does.
@@ -301,6 +309,25 @@ class FakeMPS(Target):
     def context(self):
         return FakeMPSMode(self.config, self.state)
 
+    @contextlib.contextmanager
+    def compiler(self):
+        """Inductor as a backend whose compiler lacks a lowering and generates one wrong kernel."""
+        from torch._inductor import config as inductor_config, lowering
+        saved = dict(lowering.lowerings)
+        for overload in _overloads(self.config["compiled_no_lowering"]):
+            lowering.lowerings.pop(overload, None)
+        for overload in _overloads(self.config["compiled_wrong"]):
+            if overload in saved:
+                lowering.lowerings[overload] = _wrong_kernel(saved[overload], saved)
+        for overload in _overloads(self.config["compiled_broken"]):
+            lowering.lowerings[overload] = _broken_lowering
+        try:
+            with inductor_config.patch(fx_graph_cache=False):
+                yield
+        finally:   # an implicit fallback registers itself as a lowering: the table is put back whole
+            lowering.lowerings.clear()
+            lowering.lowerings.update(saved)
+
     def synchronize(self):
         error = self.state.pop("pending_error", None)
         if error:
@@ -310,6 +337,29 @@ class FakeMPS(Target):
         # Frees what an out-of-memory op was short of: it runs once the cache is emptied after it failed.
         if self.state.get("full"):
             self.state["freed"] = True
+
+
+def _overloads(names):
+    """The OpOverloads of each `aten::name`."""
+    found = []
+    for name in names:
+        packet = getattr(torch.ops.aten, name.split("::", 1)[1].split(".")[0])
+        found += [getattr(packet, overload) for overload in packet.overloads()]
+    return found
+
+
+def _wrong_kernel(right, table):
+    """A lowering that computes `right`'s result * 1.25 + 0.5: a generated kernel that is wrong."""
+    aten = torch.ops.aten
+
+    def wrong(*args, **kwargs):
+        out = right(*args, **kwargs)
+        return table[aten.add.Tensor](table[aten.mul.Tensor](out, 1.25), 0.5)
+    return wrong
+
+
+def _broken_lowering(*args, **kwargs):
+    raise NotImplementedError("the fake MPS compiler cannot lower this op")
 
 
 def make_target():

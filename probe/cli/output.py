@@ -1,7 +1,7 @@
 """Everything the commands print, formatted in one place (lines of text; JSON as is)."""
 import json
 
-from mpsprobe.vocabulary import PASS_COLUMN, STATUSES
+from mpsprobe.vocabulary import FORWARD, PASS_COLUMN, STATUSES
 
 
 def as_json(data):
@@ -74,7 +74,7 @@ def run_summary(run, elapsed=None):
              f"torch {data['torch']}, {data['device']} ({data['device_name']})"]
     width = max(len(s) for s in STATUSES)
     lines += [f"  {s:<{width}}  {run.counts[s]:>7}" for s in STATUSES if run.counts.get(s)]
-    if len(data["passes"]) > 1:
+    if len(data["passes"]) > 1 or set(data["passes"]) - {FORWARD}:
         lines += [f"  {p}: {counts_line(c)}" for p, c in data["passes"].items()]
     lines.append(precision_line(run.env.get("precision_modes")))
     for event in run.events:

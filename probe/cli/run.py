@@ -33,6 +33,11 @@ LOG_EVERY_S = 10   # without a terminal, a progress line at most this often
               help="Which passes of each op: forward, backward (gradients), inplace (op_), "
                    "out (out=), compiled (the forward through torch.compile; not by default), "
                    "comma-separated.")
+@click.option("--compiled-samples", default=1, show_default=True, type=int,
+              help="Samples per (op, dtype) of the compiled pass (at most --samples): each compiles anew.")
+@click.option("--compile-timeout", default=60.0, show_default=True, type=float,
+              help="Seconds one compiled case may take, compiling included; past it the case is a "
+                   "timeout and its worker is replaced.")
 @click.option("--layouts", is_flag=True,
               help="Also run each forward sample with its input transposed, strided, expanded "
                    "(stride 0), channels_last (4-D) and at a storage offset: one case per layout, "
@@ -50,7 +55,8 @@ LOG_EVERY_S = 10   # without a terminal, a progress line at most this often
               help="FILE.py[:factory] defining a custom target (used by the test suite).")
 @click.option("--json", "as_json", is_flag=True, help="Print a machine-readable summary.")
 def run(db_path, device, ops, dtypes, samples, timing, workers, timeout, mps_fallback,
-        torch_spec, passes, layouts, shard, resume, fresh, strict_precision, runner_label, backend, as_json):
+        torch_spec, passes, compiled_samples, compile_timeout, layouts, shard, resume, fresh, strict_precision,
+        runner_label, backend, as_json):
     """Probe every OpInfo op on a device and record the results.
 
     Each case (op, dtype, sample) runs on the CPU and on the target in an
@@ -64,6 +70,7 @@ def run(db_path, device, ops, dtypes, samples, timing, workers, timeout, mps_fal
         mpsprobe run --device cuda --no-timing --db cuda.db
         mpsprobe run --ops nn.functional.gelu --passes forward,backward
         mpsprobe run --ops nn.functional.softplus --layouts
+        mpsprobe run --ops 'add,softmax' --dtypes float32 --passes forward,compiled
         mpsprobe run --torch 2.5.1 --ops add --db history.db
         mpsprobe run --shard 1/4 --runner-label macos-m2-15 --db shard-1.db
     """
@@ -90,7 +97,7 @@ def run(db_path, device, ops, dtypes, samples, timing, workers, timeout, mps_fal
         # The bar counts cases against the plan: `samples` per pass each pair has, less
         # those recorded before; a pair that gives fewer (fewer samples) is set right at its end.
         for pair in todo:
-            left[pair["op"], pair["dtype"]] = max(0, planned_cases(pair, samples) - len(pair["done"]))
+            left[pair["op"], pair["dtype"]] = max(0, planned_cases(pair, samples, compiled_samples) - len(pair["done"]))
         progress["total_pairs"] = len(todo)
         if not sys.stderr.isatty():
             return    # a log, not a terminal: a line now and then (on_pair), no bar
@@ -129,6 +136,7 @@ def run(db_path, device, ops, dtypes, samples, timing, workers, timeout, mps_fal
                              timeout=timeout, mps_fallback=mps_fallback, shard=shard, passes=passes,
                              torch=torch_spec, backend=backend, resume=resume, fresh=fresh,
                              strict_precision=strict_precision, runner_label=runner_label, layouts=layouts,
+                             compiled_samples=compiled_samples, compile_timeout=compile_timeout,
                              command=shlex.join(click.get_current_context().meta.get("mpsprobe.argv") or []) or None,
                              on_start=on_start, on_case=on_case, on_pair=on_pair,
                              say=lambda text: click.echo(text, err=True))

@@ -121,6 +121,11 @@ class Target:
         """Entered around every call on the target."""
         return contextlib.nullcontext()
 
+    def compiler(self):
+        """Entered around compiling and calling an op's compiled form (the `compiled` pass):
+        a test backend changes what the compiler generates here; a real device needs nothing."""
+        return contextlib.nullcontext()
+
     def precision_modes(self):
         """The reduced-precision settings the target's kernels run with (precision.current_modes)."""
         from .precision import current_modes

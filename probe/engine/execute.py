@@ -171,7 +171,7 @@ def filed_fallback(fell, status, kind, fields, notes):
 
 
 def run_case(op, dtype, sample, target, nondeterministic=False, timing=True, unchecked=(),
-             op_key=None, aten_cache=None, modes=None, draw_form=None, reference=None):
+             op_key=None, aten_cache=None, modes=None, draw_form=None, reference=None, target_op=None):
     """A result dict (the results-table fields) for `op` on one SampleInput.
 
     `op_key`: the OpInfo op's key, or a replayed call's aten op, which says how to
@@ -185,6 +185,8 @@ def run_case(op, dtype, sample, target, nondeterministic=False, timing=True, unc
     `reference`: the sample the CPU reference and the truth run on, when not `sample` itself:
     a layout variant's contiguous twin (ops/layouts.py), the same values in the layout the
     CPU's kernels are surest of, so a CPU kernel's own layout bug is never the reference.
+    `target_op`: what runs on the target in place of `op` (its compiled form, compiled.py);
+    the reference, the aten ops recorded and the judging rules stay `op`'s.
     """
     started = time.perf_counter()
     cpu_args = sample_tools.call_args(reference if reference is not None else sample)
@@ -212,6 +214,7 @@ def run_case(op, dtype, sample, target, nondeterministic=False, timing=True, unc
     truth_args = sample_tools.upcast(cpu_args, dtype) if values else None
     trivial_input = _first_tensor(cpu_args)
     fields = {}
+    on_target = op if target_op is None else target_op
 
     try:
         cpu_out = _call(op, cpu_args)
@@ -241,7 +244,7 @@ def run_case(op, dtype, sample, target, nondeterministic=False, timing=True, unc
         try:
             out_of_memory = False
             try:
-                target_out, target_args = _call_on_target(op, laid_args, target_args, target)
+                target_out, target_args = _call_on_target(on_target, laid_args, target_args, target)
             except Exception as e:
                 if not _out_of_memory(e):
                     raise
@@ -254,15 +257,15 @@ def run_case(op, dtype, sample, target, nondeterministic=False, timing=True, unc
                 target.empty_cache()
                 notes["retried_after"] = OUT_OF_MEMORY
                 target_args = _moved(laid_args, target)
-                target_out, target_args = _call_on_target(op, laid_args, target_args, target)
+                target_out, target_args = _call_on_target(on_target, laid_args, target_args, target)
         except Exception as e:
-            refused = refusal(e, _target_call(op, target_args), target)
+            refused = refusal(e, _target_call(on_target, target_args), target)
             # The device's memory when it refused: an out-of-memory says how full it was.
             refused["notes"] = dict(notes, **target.memory(), **(refused["notes"] or {})) or None
             fell = fallbacks([str(w.message) for w in caught])
             return dict(refused, fallback_ops=fell["ops"] if fell else [],
                         duration_s=time.perf_counter() - started, **fields)
-    fell = fallbacks([str(w.message) for w in caught], _target_call(op, target_args), target)
+    fell = fallbacks([str(w.message) for w in caught], _target_call(on_target, target_args), target)
     fields["fallback_ops"] = fell["ops"] if fell else []
     # Every fallback counts, named or not: a warning that names no op still says the work ran on the CPU.
     fallen_back = (fell["ops"] + (["an op no warning names"] if fell["unnamed"] else [])) if fell else []

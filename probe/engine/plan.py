@@ -7,7 +7,7 @@ import zlib
 from dataclasses import dataclass, field
 
 from mpsprobe.errors import MpsprobeError
-from mpsprobe.vocabulary import EAGER_PASSES, FORWARD, PASSES
+from mpsprobe.vocabulary import COMPILED, EAGER_PASSES, FORWARD, PASSES
 
 
 class PlanError(MpsprobeError):
@@ -35,6 +35,8 @@ class SweepOptions:
     runner_label: str = None      # the fleet machine running it (not part of the run's identity)
     command: str = None           # the command line recorded with the run (default: this process's)
     layouts: bool = False         # also run each forward sample with its input in ops/layouts.py's layouts
+    compiled_samples: int = 1     # samples per (op, dtype) of the compiled pass (each compiles anew)
+    compile_timeout: float = 60.0  # seconds a compiled case may take, compiling included
 
     def key_fields(self):
         """The options that decide which cases a run holds (and so its identity)."""
@@ -42,6 +44,7 @@ class SweepOptions:
                 "mps_fallback": self.mps_fallback, "shard": list(self.shard) if self.shard else None,
                 **({"strict_precision": True} if self.strict_precision else {}),
                 **({"layouts": True} if self.layouts else {}),
+                **({"compiled_samples": self.compiled_samples} if COMPILED in self.passes else {}),
                 # A forward-only run keeps the identity runs had before passes existed.
                 **({"passes": list(self.passes)} if tuple(self.passes) != (FORWARD,) else {})}
 
@@ -50,8 +53,11 @@ class SweepOptions:
             raise PlanError("--samples must be at least 1")
         if self.resume and self.fresh:
             raise PlanError("--resume and --fresh contradict each other")
-        if not isinstance(self.timeout, (int, float)) or not math.isfinite(self.timeout) or self.timeout <= 0:
-            raise PlanError(f"--timeout must be a positive number of seconds (got {self.timeout})")
+        for name, value in (("--timeout", self.timeout), ("--compile-timeout", self.compile_timeout)):
+            if not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+                raise PlanError(f"{name} must be a positive number of seconds (got {value})")
+        if not isinstance(self.compiled_samples, int) or self.compiled_samples < 1:
+            raise PlanError(f"--compiled-samples must be at least 1 (got {self.compiled_samples})")
         unknown = [p for p in self.passes if p not in PASSES]
         if unknown or not self.passes:
             raise PlanError(f"--passes takes some of {','.join(PASSES)} (got {','.join(self.passes) or 'none'})")

@@ -33,7 +33,7 @@ import tempfile
 import time
 
 from mpsprobe.errors import MpsprobeError
-from mpsprobe.vocabulary import CRASH, ERROR, FORWARD, PASS_COLUMN, TIMEOUT
+from mpsprobe.vocabulary import COMPILED, CRASH, ERROR, FORWARD, PASS_COLUMN, TIMEOUT
 from . import leftovers
 from .launch import worker_command
 from .plan import case_key, key_index
@@ -208,6 +208,8 @@ class Pool:
         self.say = say or (lambda text: print(text, file=sys.stderr, flush=True))
         self.size = max(1, size)
         self.timeout = timeout
+        # A compiled case's own budget, compiling included (--compile-timeout).
+        self.compile_timeout = config.get("compile_timeout") or timeout
         # The device check is a case's worth of waiting at most.
         self.health_s = min(HEALTH_CHECK_S, timeout)
         config.setdefault("health_check_s", self.health_s)
@@ -421,6 +423,7 @@ class Pool:
             worker.pass_ = message.get(PASS_COLUMN, FORWARD)
             worker.layout = message.get("layout")
             worker.stage = None
+            worker.deadline = time.monotonic() + self._limit(worker.pass_)
         elif kind == "stage":   # outside a case: a device check, or a pass's sample generation
             worker.stage = message["stage"]
             worker.pass_ = message.get(PASS_COLUMN, FORWARD)
@@ -453,6 +456,10 @@ class Pool:
                 "error_type": message.get("error_type"), "message": message["message"]})
             on_pair(pair, index + 1)
             self._next_task(worker)
+
+    def _limit(self, pass_):
+        """Seconds a case of `pass_` may take."""
+        return self.compile_timeout if pass_ == COMPILED else self.timeout
 
     def _noted(self, worker, result):
         """`result` with what the device checks said: its pair's check, and a failed one earlier."""
@@ -492,7 +499,8 @@ class Pool:
         lines = worker.stderr_lines()
         tail = lines[-1] if lines else ""
         self._retire(worker)
-        why = (f"no reply within {self.timeout:g} s; killed" if timed_out
+        limit = self._limit(pass_) if index is not None else self.timeout
+        why = (f"no reply within {limit:g} s; killed" if timed_out
                else text + (f": {tail}" if tail else ""))
         how = "hang" if timed_out else ("signal" if signum else "exit")
         if index is None and stage == "health":
@@ -520,8 +528,9 @@ class Pool:
             index, sample = 0, "(sample generation)"
             pair["skip_passes"].append(pass_)
         if timed_out:
+            budget = " (the compile budget, --compile-timeout)" if pass_ == COMPILED else ""
             result = {"status": TIMEOUT, "check_kind": "none", "reason_kind": "hang",
-                      "reason": f"no result within {self.timeout:g} s; worker killed"}
+                      "reason": f"no result within {limit:g} s{budget}; worker killed"}
             self.hangs += 1
         else:
             result = {"status": CRASH, "check_kind": "none", "signal": signum,

@@ -13,6 +13,8 @@ from mpsprobe.db import schema
 from mpsprobe.db.writer import RunWriter
 from . import described, environment
 from mpsprobe.ops import catalogue
+from mpsprobe.vocabulary import COMPILED
+from .compiled import cache_env as compiled_cache_env
 from .launch import worker_command
 from .plan import PlanError, SweepOptions, in_shard, parse_shard, run_key  # noqa: F401
 from .pool import Pool, WorkerError
@@ -23,6 +25,10 @@ SweepError = PlanError
 
 def worker_env(options):
     env = dict(os.environ)
+    if COMPILED in options.passes:
+        # Inductor's and Triton's caches, kept across runs, one per torch version.
+        build = catalogue.torch_build(options.python) or {}
+        env.update(compiled_cache_env(build.get("version"), env))
     if options.mps_fallback:
         env["PYTORCH_ENABLE_MPS_FALLBACK"] = "1"
     else:
@@ -100,6 +106,8 @@ class Sweep:
                        "samples": options.samples, "timing": options.timing,
                        "strict_precision": options.strict_precision,
                        "passes": list(options.passes), "layouts": options.layouts,
+                       "compiled_samples": options.compiled_samples,
+                       "compile_timeout": options.compile_timeout,
                        "threads": max(1, (os.cpu_count() or 1) // size),
                        "catalogue": True}   # workers load the OpInfo database as they start
         self.pool = Pool(self.config, size=size, timeout=options.timeout,

@@ -220,9 +220,10 @@ class Worker:
     def _pass(self, op, dtype, pass_, key, done):
         """The cases of one pass; returns how many it holds."""
         from mpsprobe.ops import opinfo, samples as sample_tools
-        from mpsprobe.vocabulary import BACKWARD, FORWARD, OUT, PASS_COLUMN, PROBE_FAULT, SKIP
+        from mpsprobe.vocabulary import BACKWARD, COMPILED, FORWARD, OUT, PASS_COLUMN, PROBE_FAULT, SKIP
         from .backward import run_backward_case
         from .classify import first_line
+        from .compiled import run_compiled_case, samples_cap
         from .execute import run_case
         from .judge import REFERENCE_FAILED
         from .plan import case_key
@@ -234,7 +235,8 @@ class Worker:
         if self.stdio:
             self.stdio.fresh()
         try:
-            cases = opinfo.samples(op, dtype, self.config.get("samples", 3), requires_grad=pass_ == BACKWARD)
+            cap = samples_cap(self.config) if pass_ == COMPILED else self.config.get("samples", 3)
+            cases = opinfo.samples(op, dtype, cap, requires_grad=pass_ == BACKWARD)
         except Exception as e:
             self.send({"type": "begin", "index": 0, PASS_COLUMN: pass_, "sample": "(sample generation failed)"})
             self.send({"type": "result", "index": 0, "status": SKIP, "check_kind": "none", PASS_COLUMN: pass_,
@@ -263,6 +265,8 @@ class Worker:
                                           **options)
                     elif pass_ == BACKWARD:
                         result = run_backward_case(op.op, dtype, sample, self.target, key, **options)
+                    elif pass_ == COMPILED:
+                        result = run_compiled_case(op.op, dtype, sample, self.target, key, **options)
                     else:
                         result = run_variant_case(fn, pass_, dtype, sample, self.target, key, **options)
             except Exception as e:
