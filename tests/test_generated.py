@@ -1,0 +1,85 @@
+"""Generated samples (ops/generated.py): schema-made calls of MPS kernels nothing else reaches,
+ordinary cases of source 'generated'."""
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import mpsprobe
+from mpsprobe.engine.devices import Target
+from mpsprobe.engine.execute import run_case
+from mpsprobe.ops import coverage, generated, opinfo
+
+sys.path.insert(0, str(Path(__file__).parent))
+from wrong_backend import WrongTarget  # noqa: E402
+
+RECORDS = {p.name: p for p in generated.probes()}
+
+
+def _case(probe, dtype, target):
+    sample = opinfo.samples(probe, dtype, 1)[0]
+    return run_case(probe.op, dtype, sample, target, op_key=probe.judge_as or probe.name, timing=False)
+
+
+def test_every_record_of_the_table_is_a_probe_named_after_its_aten_function():
+    assert len(RECORDS) == len(generated.GENERATED) + 3     # the table, then three fused optimizer steps
+    for name, probe in RECORDS.items():
+        assert name == generated.PREFIX + probe.reaches[0] and probe.source == "generated" and probe.dtypes
+
+
+@pytest.mark.slow
+def test_every_record_builds_a_valid_cpu_call_that_passes_against_the_cpu_and_records_its_function():
+    # One sample each, in its first dtype, CPU against CPU (about 6 s).
+    cpu = Target("cpu")
+    for name, probe in RECORDS.items():
+        result = _case(probe, probe.dtypes[0], cpu)
+        assert result["status"] == "pass", (name, result.get("reason"), result.get("message"))
+        function = probe.reaches[0]
+        recorded = f"aten::{function}" in result["aten_ops"]
+        # The CPU decomposes max_pool2d: coverage counts it through the MPS-only dispatch table.
+        assert recorded or function in coverage.MPS_ONLY_DISPATCH, (name, result["aten_ops"])
+
+
+@pytest.mark.parametrize("name", ["generated.all.out", "generated._cummax_helper", "generated.__ilshift__.Scalar",
+                                  "generated.reflection_pad2d_backward.grad_input",
+                                  "generated._fused_adam_.tensor_lr", "generated._batch_norm_with_update.out"])
+def test_a_target_answering_zeros_is_a_mismatch_also_where_the_kernel_only_writes_its_arguments(name):
+    # _cummax_helper and _fused_adam_ return nothing: what they write is what is compared.
+    probe = RECORDS[name]
+    assert _case(probe, probe.dtypes[0], WrongTarget("zeros"))["status"] == "mismatch"
+
+
+def test_random_records_are_judged_by_the_distribution_of_their_draws():
+    for name in ("generated.native_dropout", "generated.normal.Tensor_float", "generated.normal.float_Tensor"):
+        result = _case(RECORDS[name], torch.float32, Target("cpu"))
+        assert (result["status"], result["check_kind"]) == ("pass", "distribution"), (name, result)
+
+
+def test_generated_records_run_in_a_default_sweep_module_probes_only_by_name():
+    catalogue = opinfo.with_module_probes([])
+    default = opinfo.list_pairs(None, ["float32"], catalogue)
+    assert {p["source"] for p in default} == {"generated"}
+    assert {p["op"] for p in default} == {n for n, p in RECORDS.items() if torch.float32 in p.dtypes}
+    assert {p["dtype"] for p in opinfo.list_pairs(["generated.__lshift__.Scalar"], None, catalogue)} == {
+        "int64", "int32", "uint8"}
+
+
+def test_a_generated_case_is_counted_under_source_generated(run_cli, tmp_path, rows):
+    db = tmp_path / "generated.db"
+    result = run_cli("run", "--db", db, "--device", "cpu", "--ops", "generated.all.out,generated.max_pool2d",
+                     "--dtypes", "float32", "--samples", 1, "--no-timing")
+    assert result.exit_code == 0, result.output
+    assert {r["source"] for r in rows(db, "SELECT source FROM ops")} == {"generated"}
+    report = mpsprobe.coverage(str(db))
+    functions = {f["function"]: f for f in report["functions"]}
+    assert functions["all.out"]["sources"] == ["generated"] and functions["all.out"]["via"] == "recorded"
+    assert functions["all.out"]["ops"] == {"generated": ["generated.all.out"]}
+    # max_pool2d: the CPU records max_pool2d_with_indices; the record's call reaches MPS's own kernel.
+    assert functions["max_pool2d"]["sources"] == ["generated"]
+    assert functions["max_pool2d"]["via"].startswith("MPS-only dispatch")
+    assert report["by_source"]["generated"] == report["reached"]
+    left = functions["__lshift__.Tensor"]
+    assert not left["reached"] and "in-place" not in left["reason"]
+    assert "generated.__lshift__.Tensor is written to reach it" in left["reason"]
+    assert "no sample is generated" in functions["random_.from"]["reason"]
