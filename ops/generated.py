@@ -61,8 +61,13 @@ def positive(*shape):
 
 
 def some_zeros(*shape):
-    """0s and 1s, in the case's dtype: counts, any/all and nonzero have something to find."""
-    return lambda dtype, filled: torch.randint(0, 2, shape).to(dtype)
+    """0s and 1s, in the case's dtype, the first row all 1s: all/any, counts and nonzero have
+    both answers to give."""
+    def make(dtype, filled):
+        t = torch.randint(0, 2, shape)
+        t[0] = 1
+        return t.to(dtype)
+    return make
 
 
 def small_ints(*shape, high=4):

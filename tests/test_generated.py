@@ -5,14 +5,16 @@ from pathlib import Path
 
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 import mpsprobe
 from mpsprobe.engine.devices import Target
 from mpsprobe.engine.execute import run_case
 from mpsprobe.ops import coverage, generated, opinfo
+from mpsprobe.ops.declared.wheel import TorchFiles
 
 sys.path.insert(0, str(Path(__file__).parent))
-from wrong_backend import WrongTarget  # noqa: E402
+from wrong_backend import _MOVES, WrongTarget  # noqa: E402
 
 RECORDS = {p.name: p for p in generated.probes()}
 
@@ -41,13 +43,61 @@ def test_every_record_builds_a_valid_cpu_call_that_passes_against_the_cpu_and_re
         assert recorded or function in coverage.MPS_ONLY_DISPATCH, (name, result["aten_ops"])
 
 
-@pytest.mark.parametrize("name", ["generated.all.out", "generated._cummax_helper", "generated.__ilshift__.Scalar",
-                                  "generated.reflection_pad2d_backward.grad_input",
-                                  "generated._fused_adam_.tensor_lr", "generated._batch_norm_with_update.out"])
-def test_a_target_answering_zeros_is_a_mismatch_also_where_the_kernel_only_writes_its_arguments(name):
-    # _cummax_helper and _fused_adam_ return nothing: what they write is what is compared.
+class _ZeroedWrites(TorchDispatchMode):
+    """Kernels that compute, then zero every floating tensor they were given to write (out=,
+    in-place self, a helper's buffers, an optimizer's parameters); copies are left alone."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        result = func(*args, **kwargs)
+        if func._schema.name.startswith(_MOVES):   # moving the sample to the target
+            return result
+        given = dict(zip((a.name for a in func._schema.arguments), args), **kwargs)
+        for arg in func._schema.arguments:
+            if arg.alias_info is not None and arg.alias_info.is_write and arg.name in given:
+                value = given[arg.name]
+                for t in value if isinstance(value, (list, tuple)) else [value]:
+                    if isinstance(t, torch.Tensor) and t.is_floating_point():
+                        t.zero_()
+        return result
+
+
+class _WritesZeros(Target):
+    def __init__(self):
+        super().__init__("cpu")
+
+    def context(self):
+        return _ZeroedWrites()
+
+
+@pytest.mark.parametrize("name", ["generated.reflection_pad2d_backward", "generated.nll_loss2d_forward",
+                                  "generated._logcumsumexp"])
+def test_a_target_answering_zeros_is_a_mismatch(name):
     probe = RECORDS[name]
     assert _case(probe, probe.dtypes[0], WrongTarget("zeros"))["status"] == "mismatch"
+
+
+@pytest.mark.parametrize("name", ["generated.hardswish.out", "generated.masked_fill_.Tensor",
+                                  "generated.reflection_pad2d_backward.grad_input", "generated._cummax_helper",
+                                  "generated._fused_adam_.tensor_lr", "generated._batch_norm_with_update.out"])
+def test_a_kernel_writing_zeros_into_its_out_or_in_place_arguments_is_a_mismatch(name):
+    probe = RECORDS[name]
+    assert _case(probe, probe.dtypes[0], _WritesZeros())["status"] == "mismatch"
+
+
+def test_what_a_kernel_writes_without_returning_is_the_calls_output():
+    # _cummax_helper and _fused_adam_ return nothing: their written arguments are what is compared.
+    probe = RECORDS["generated._cummax_helper"]
+    sample = opinfo.samples(probe, torch.float32, 1)[0]
+    values, indices = probe.op(sample.input, *sample.args, **sample.kwargs)
+    expected = torch.cummax(sample.input, dim=1)
+    assert torch.equal(values, expected.values) and torch.equal(indices, expected.indices)
+    probe = RECORDS["generated._fused_adam_.tensor_lr"]
+    sample = opinfo.samples(probe, torch.float32, 1)[0]
+    params, states = probe.op(sample.input, *sample.args, **sample.kwargs)
+    assert all(not torch.equal(after, before) for after, before in zip(params, sample.input))
+    assert all(not torch.equal(after, before) for group, old in zip(states, sample.args[1])
+               for after, before in zip(group, old))
 
 
 def test_random_records_are_judged_by_the_distribution_of_their_draws():
@@ -65,6 +115,32 @@ def test_generated_records_run_in_a_default_sweep_module_probes_only_by_name():
         "int64", "int32", "uint8"}
 
 
+def test_the_catalogue_and_coverage_count_generated_records_under_their_source():
+    rows = {r["op"]: r for r in opinfo.describe(generated.probes())["ops"]}
+    assert rows["generated.__lshift__.Scalar"]["source"] == "generated"
+    passes = rows["generated.__lshift__.Scalar"]["passes"]["int64"]
+    assert "forward" in passes and not {"backward", "inplace", "out"} & set(passes)   # calls of one overload
+    yaml = """
+- func: __lshift__.Scalar(Tensor self, Scalar other) -> Tensor
+  dispatch:
+    CPU, MPS: __lshift__
+- func: __ilshift__.Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)
+  dispatch:
+    CPU, MPS: __ilshift__
+- func: random_(Tensor(a!) self) -> Tensor(a!)
+  dispatch:
+    CPU, MPS: random_
+"""
+    kernels = coverage.mps_kernels(TorchFiles("9.9", "test", native_functions=yaml))
+    dispatched = {("aten::__lshift__.Scalar", "forward"): {"generated": {"generated.__lshift__.Scalar"}}}
+    found = {k.function: k for k in coverage.measure(kernels, dispatched)}
+    assert found["__lshift__.Scalar"].reached_by == {"generated": {"generated.__lshift__.Scalar"}}
+    assert found["__ilshift__.Scalar"].reason == "an in-place kernel: no case dispatched it"
+    assert "no sample is generated: a random kernel" in found["random_"].reason
+    assert coverage.summary(list(found.values()), "test")["by_source"]["generated"] == 1
+
+
+@pytest.mark.slow
 def test_a_generated_case_is_counted_under_source_generated(run_cli, tmp_path, rows):
     db = tmp_path / "generated.db"
     result = run_cli("run", "--db", db, "--device", "cpu", "--ops", "generated.all.out,generated.max_pool2d",
