@@ -120,7 +120,6 @@ NO_GENERATED_SAMPLES = {
     "bernoulli_.Tensor": _RANDOM,
     "random_": _RANDOM, "random_.from": _RANDOM, "random_.to": _RANDOM,
     "_standard_gamma": _RANDOM, "_sample_dirichlet": _RANDOM,
-    "normal.Tensor_float_out": _RANDOM, "normal.float_Tensor_out": _RANDOM,
     "randperm.generator_out": _RANDOM + " (the distribution check's draws would share one out= buffer)",
     "_to_sparse.sparse_dim": "needs a sparse output compared: the probe compares dense (strided) tensors only",
 }

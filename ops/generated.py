@@ -131,9 +131,13 @@ class G:
     """One generated record: the aten function, argument overrides, the dtypes it runs."""
 
     # `record`, not `self`: many schemas have an argument named self.
-    def __init__(record, function, dtypes=FLOATS, judge_as=None, call=None, note="", order=(), **args):
+    def __init__(record, function, dtypes=FLOATS, judge_as=None, call=None, note="", order=(), out_of=None,
+                 **args):
         record.function, record.dtypes, record.judge_as, record.call = function, dtypes, judge_as, call
         record.note = note
+        # An out= overload reached by the out= pass of `out_of`'s call (its arguments made from
+        # out_of's schema): a random kernel whose draws must go through the out= form itself.
+        record.out_of = out_of
         record.order = order   # the sample's positional order, when not the schema's (a call that reorders)
         record.args = args     # made in this order; a name the schema lacks is a helper, not passed
 
@@ -196,9 +200,13 @@ def _native_dropout(x, p, train):
     return torch.ops.aten.native_dropout.default(x, p, train)[0]
 
 
+def _normal(mean, std, **kwargs):
+    return torch.normal(mean, std, **kwargs)
+
+
 def _normal_number_mean(std, mean, **kwargs):
     """normal.float_Tensor with the std first, as OpInfo's normal.number_mean lays it out."""
-    return torch.ops.aten.normal.float_Tensor(mean, std, **kwargs)
+    return torch.normal(mean, std, **kwargs)
 
 
 def _fused(kind):
@@ -314,6 +322,11 @@ GENERATED = [
     G("normal.Tensor_float", (F32,), judge_as="normal", mean=rand(64, 64), std=0.5),
     G("normal.float_Tensor", (F32,), judge_as="normal.number_mean", call=_normal_number_mean,
       order=("std", "mean"), std=positive(64, 64), mean=0.5),
+    G("normal.Tensor_float_out", (F32,), judge_as="normal", call=_normal, out_of="normal.Tensor_float",
+      mean=rand(64, 64), std=0.5, note="reached and judged in the out= pass (torch.normal(..., out=))"),
+    G("normal.float_Tensor_out", (F32,), judge_as="normal.number_mean", call=_normal_number_mean,
+      out_of="normal.float_Tensor", order=("std", "mean"), std=positive(64, 64), mean=0.5,
+      note="reached and judged in the out= pass (torch.normal(..., out=))"),
     G("bucketize.Scalar", (F32, I64), self=1, boundaries=lambda d, f: torch.tensor([-1, 0, 1, 2, 4]).to(d)),
     G("searchsorted.Scalar", (F32, I64), sorted_sequence=lambda d, f: torch.tensor([-1, 0, 1, 2, 4]).to(d),
       self=1),
@@ -455,11 +468,11 @@ def _builder(record, schema):
 
 
 def _probe(record):
-    schema = _overload(record.function)._schema
-    note = record.note
+    schema = _overload(record.out_of or record.function)._schema
     return ModuleProbe(f"{PREFIX}{record.function}", record.call or _caller(record.function, schema),
                        _builder(record, schema), tuple(record.dtypes), (record.function,),
-                       judge_as=record.judge_as, note=note, source=SOURCE)
+                       judge_as=record.judge_as, note=record.note, source=SOURCE,
+                       supports_out=record.out_of is not None)
 
 
 def _fused_probe(kind):

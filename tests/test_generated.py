@@ -10,6 +10,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 import mpsprobe
 from mpsprobe.engine.devices import Target
 from mpsprobe.engine.execute import run_case
+from mpsprobe.engine.variants import out_form, run_variant_case
 from mpsprobe.ops import coverage, generated, opinfo
 from mpsprobe.ops.declared.wheel import TorchFiles
 
@@ -20,7 +21,11 @@ RECORDS = {p.name: p for p in generated.probes()}
 
 
 def _case(probe, dtype, target):
+    """The probe's one case: in its out= pass where that is what reaches its function."""
     sample = opinfo.samples(probe, dtype, 1)[0]
+    if probe.supports_out:
+        return run_variant_case(out_form(probe.op), "out", dtype, sample, target, probe.judge_as or probe.name,
+                                timing=False)
     return run_case(probe.op, dtype, sample, target, op_key=probe.judge_as or probe.name, timing=False)
 
 
@@ -101,9 +106,11 @@ def test_what_a_kernel_writes_without_returning_is_the_calls_output():
 
 
 def test_random_records_are_judged_by_the_distribution_of_their_draws():
-    for name in ("generated.native_dropout", "generated.normal.Tensor_float", "generated.normal.float_Tensor"):
+    for name in ("generated.native_dropout", "generated.normal.Tensor_float", "generated.normal.float_Tensor",
+                 "generated.normal.Tensor_float_out", "generated.normal.float_Tensor_out"):
         result = _case(RECORDS[name], torch.float32, Target("cpu"))
         assert (result["status"], result["check_kind"]) == ("pass", "distribution"), (name, result)
+        assert f"aten::{RECORDS[name].reaches[0]}" in result["aten_ops"]
 
 
 def test_generated_records_run_in_a_default_sweep_module_probes_only_by_name():
