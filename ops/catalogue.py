@@ -78,11 +78,12 @@ def _read_version_file(path):
 # -- the cache file ------------------------------------------------------------------
 
 def _code_fingerprint():
-    """Changes whenever the code that reads OpInfo into this data does."""
+    """Changes whenever the code that reads OpInfo, the module probes or the generated records
+    into this data does."""
     import mpsprobe
     here = os.path.dirname(os.path.abspath(__file__))
     crc = zlib.crc32(f"{FORMAT}|{mpsprobe.__version__}".encode())
-    for name in ("opinfo.py", "catalogue.py"):
+    for name in ("opinfo.py", "catalogue.py", "modules.py", "generated.py"):
         with open(os.path.join(here, name), "rb") as f:
             crc = zlib.crc32(f.read(), crc)
     return f"{crc:08x}"
@@ -180,12 +181,13 @@ def pairs(data, ops=None, dtypes=None, passes=None):
     the passes of `passes` (default: all) the op has in that dtype.
 
     `ops`: names or globs matched against op ids and OpInfo names (none: every
-    OpInfo op, without the module probes);
+    OpInfo op and generated record, without the module probes);
     `dtypes`: dtype names; None means every dtype the op supports on the CPU.
     """
     wanted = {dtype_name(data, d) for d in dtypes} if dtypes else None
     # Module probes run when asked for by name (`--ops 'module.*'`), never in a default sweep:
     # on a CUDA GPU some are still judged wrongly (benchmarks/README.md, "Module probes on the H200").
+    # Generated records (ops/generated.py) do run by default: a few hundred small cases.
     rows = data["ops"] if ops else [r for r in data["ops"] if r.get("source", "opinfo") != "module"]
     found = []
     for row in match(list(ops or ()), rows):

@@ -53,6 +53,11 @@ class MpsOnly:
 #   max_pool2d_with_indices, whose backward it records instead.
 # - aten/src/ATen/native/Copy.cpp: copy_ between MPS and another device calls at::_copy_from:
 #   every case moves its inputs to the target and its outputs back.
+# - native_functions.yaml: linear is CompositeImplicitAutograd with an MPS kernel of its own
+#   (_mps_linear), so the CPU records what it decomposes into; tools/autograd/derivatives.yaml
+#   differentiates linear with linear_backward, which only MPS (and nested tensors) dispatch.
+# - native_functions.yaml: max_pool2d is CompositeImplicitAutograd with an MPS kernel
+#   (mps_max_pool2d); the generated record calls aten::max_pool2d itself, so on MPS it runs there.
 # - _weight_int4pack_mm and _convert_weight_to_int4pack have MPS and CUDA kernels only; the CPU's
 #   are _weight_int4pack_mm_for_cpu / _convert_weight_to_int4pack_for_cpu, which the int4 probe
 #   (ops/modules.py) calls on the CPU and the others on the target.
@@ -79,6 +84,14 @@ MPS_ONLY_DISPATCH = {
     "max_pool2d_backward": MpsOnly(
         "the backward of F.max_pool2d (return_indices=False), nn.MaxPool2d",
         ("aten::max_pool2d_with_indices_backward",), "backward", "tools/autograd/derivatives.yaml"),
+    "linear": MpsOnly(
+        "F.linear, nn.Linear", (), "forward", YAML, op_ids=("nn.functional.linear",)),
+    "linear_backward": MpsOnly(
+        "the backward of F.linear", (), "backward", "tools/autograd/derivatives.yaml",
+        op_ids=("nn.functional.linear",)),
+    "max_pool2d": MpsOnly(
+        "F.max_pool2d (return_indices=False), torch.max_pool2d", (), "forward", YAML,
+        op_ids=("generated.max_pool2d",)),
     "_copy_from": MpsOnly(
         "tensor.to('mps') and back", ("aten::_to_copy",), "forward", "aten/src/ATen/native/Copy.cpp"),
     "_fused_rms_norm": MpsOnly(
@@ -94,9 +107,21 @@ MPS_ONLY_DISPATCH = {
 
 # Kernels that no case of a CPU run can speak for, and why.
 UNREACHABLE_OFF_MAC = {
-    "_copy_from_and_resize": "called only by PyTorch's CPU fallback (aten/src/ATen/native/CPUFallback.cpp) "
-                             "to write a fallen-back op's outputs into MPS tensors: reached on a Mac "
-                             "with --mps-fallback only",
+    "_copy_from_and_resize": "only through the CPU fallback: called only by PyTorch's CPU fallback "
+                             "(aten/src/ATen/native/CPUFallback.cpp) to write a fallen-back op's outputs "
+                             "into MPS tensors: reached on a Mac with --mps-fallback only",
+}
+
+# Kernels ops/generated.py makes no samples for, and why (a sample would give no verdict
+# the evidence supports).
+_RANDOM = ("a random kernel with no distribution check that draws through it: compared by value it "
+           "would be a false mismatch, by shape only a pass that checks nothing")
+NO_GENERATED_SAMPLES = {
+    "bernoulli_.Tensor": _RANDOM,
+    "random_": _RANDOM, "random_.from": _RANDOM, "random_.to": _RANDOM,
+    "_standard_gamma": _RANDOM, "_sample_dirichlet": _RANDOM,
+    "randperm.generator_out": _RANDOM + " (the distribution check's draws would share one out= buffer)",
+    "_to_sparse.sparse_dim": "needs a sparse output compared: the probe compares dense (strided) tensors only",
 }
 
 
@@ -166,7 +191,8 @@ def measure(kernels, dispatched, on_mps=False, read=True, probes=None):
     `on_mps`: the runs recorded MPS's own dispatch, so MPS-only kernels are read
     as recorded; otherwise they are read through MPS_ONLY_DISPATCH's public calls.
     `read`: whether any run was read at all (if not, every kernel is left, unmeasured).
-    `probes`: {aten function: the module probe written to reach it}, to say so when it did not.
+    `probes`: {aten function: the module probe or generated record written to reach it}, to say so
+    when it did not.
     """
     for k in kernels:
         if not read:
@@ -190,7 +216,7 @@ def measure(kernels, dispatched, on_mps=False, read=True, probes=None):
                 continue
         k.reason = _why_left(k, on_mps)
         if (probes or {}).get(k.function):
-            k.reason += f"; the module probe {probes[k.function]} is written to reach it: run it (--ops)"
+            k.reason += f"; {probes[k.function]} is written to reach it: run it (--ops {probes[k.function]})"
     return kernels
 
 
@@ -210,11 +236,14 @@ def _why_left(k, on_mps):
     if name in MPS_ONLY_DISPATCH and not on_mps:
         only = MPS_ONLY_DISPATCH[name]
         return f"MPS-only dispatch, not reached: {_path(only)}: none"
+    if name in NO_GENERATED_SAMPLES:
+        return f"no case dispatched it, and no sample is generated: {NO_GENERATED_SAMPLES[name]}"
     if "backward" in name:
         return "a backward kernel: no backward case dispatched it"
     if name.startswith("_foreach_"):
         return "a foreach kernel (optimizers' multi-tensor steps): no case dispatched it"
-    if name.split(".")[0].endswith("_"):
+    base = name.split(".")[0]
+    if base.endswith("_") and not (base.startswith("__") and base.endswith("__") and not base.startswith("__i")):
         return "an in-place kernel: no case dispatched it"
     return "no case dispatched it or a function delegating to it (no OpInfo sample, module probe " \
            "or generated sample reaches it)"

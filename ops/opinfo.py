@@ -60,9 +60,10 @@ def load_op_db():
 
 
 def with_module_probes(opinfos):
-    """The catalogue a sweep runs: OpInfo's ops, then the module-level probes (ops/modules.py)."""
-    from mpsprobe.ops import modules
-    return list(opinfos) + modules.probes()
+    """The catalogue a sweep runs: OpInfo's ops, then the module-level probes (ops/modules.py),
+    then the samples generated for MPS kernels neither reaches (ops/generated.py)."""
+    from mpsprobe.ops import generated, modules
+    return list(opinfos) + modules.probes() + generated.probes()
 
 
 def op_key(opinfo):

@@ -392,8 +392,8 @@ def coverage(db=None, run_ids=(), wheel=None):
     devices = sorted({r["device"] for r in runs})
     on_mps = bool(devices) and all(d.split(":")[0] == "mps" and not r.get("backend")
                                    for d in devices for r in runs)
-    from mpsprobe.ops import modules
-    probes = {f: p.name for p in modules.probes() for f in p.reaches}
+    from mpsprobe.ops import generated, modules
+    probes = {f: p.name for p in modules.probes() + generated.probes() for f in p.reaches}
     cov.measure(kernels, dispatched, on_mps=on_mps, read=bool(runs), probes=probes)
     if not runs:
         evidence = "none: no database given, so nothing is counted as reached (pass db=)"
