@@ -190,15 +190,12 @@ def pairs(data, ops=None, dtypes=None, passes=None):
     the passes of `passes` (default: all) the op has in that dtype.
 
     `ops`: names or globs matched against op ids and OpInfo names (none: every
-    OpInfo op, without the module probes);
+    op, the module probes included);
     `dtypes`: dtype names; None means every dtype the op supports on the CPU.
     """
     wanted = {dtype_name(data, d) for d in dtypes} if dtypes else None
-    # Module probes run when asked for by name (`--ops 'module.*'`), never in a default sweep:
-    # on a CUDA GPU some are still judged wrongly (benchmarks/README.md, "Module probes on the H200").
-    rows = data["ops"] if ops else [r for r in data["ops"] if r.get("source", "opinfo") != "module"]
     found = []
-    for row in match(list(ops or ()), rows):
+    for row in match(list(ops or ()), data["ops"]):
         for dtype in row["dtypes"]:
             if wanted is None or dtype in wanted:
                 has = row["passes"].get(dtype, [])

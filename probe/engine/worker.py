@@ -260,7 +260,7 @@ class Worker:
                 with self.case():
                     if pass_ == FORWARD:
                         result = run_case(op.op, dtype, sample, self.target, op_key=key, reference=reference,
-                                          **options)
+                                          error_bound=getattr(op, "error_bound", None), **options)
                     elif pass_ == BACKWARD:
                         result = run_backward_case(op.op, dtype, sample, self.target, key, **options)
                     else:
