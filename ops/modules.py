@@ -25,6 +25,10 @@ PREFIX = "module."
 F32, F16, BF16 = torch.float32, torch.float16, torch.bfloat16
 
 
+class ProbeUnavailable(Exception):
+    """A probe's library cannot be used here (torchvision absent): its cases are skips saying so."""
+
+
 @dataclass
 class ModuleProbe:
     name: str                      # the op id

@@ -60,9 +60,10 @@ def load_op_db():
 
 
 def with_module_probes(opinfos):
-    """The catalogue a sweep runs: OpInfo's ops, then the module-level probes (ops/modules.py)."""
-    from mpsprobe.ops import modules
-    return list(opinfos) + modules.probes()
+    """The catalogue a sweep runs: OpInfo's ops, then the module-level probes (ops/modules.py)
+    and torchvision's ops (ops/vision.py)."""
+    from mpsprobe.ops import modules, vision
+    return list(opinfos) + modules.probes() + vision.probes()
 
 
 def op_key(opinfo):

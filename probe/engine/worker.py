@@ -220,6 +220,7 @@ class Worker:
     def _pass(self, op, dtype, pass_, key, done):
         """The cases of one pass; returns how many it holds."""
         from mpsprobe.ops import opinfo, samples as sample_tools
+        from mpsprobe.ops.modules import ProbeUnavailable
         from mpsprobe.vocabulary import BACKWARD, FORWARD, OUT, PASS_COLUMN, PROBE_FAULT, SKIP
         from .backward import run_backward_case
         from .classify import first_line
@@ -236,9 +237,11 @@ class Worker:
         try:
             cases = opinfo.samples(op, dtype, self.config.get("samples", 3), requires_grad=pass_ == BACKWARD)
         except Exception as e:
+            # A probe whose library does not import here says so (ops/modules.py, ProbeUnavailable).
+            unavailable = isinstance(e, ProbeUnavailable)
             self.send({"type": "begin", "index": 0, PASS_COLUMN: pass_, "sample": "(sample generation failed)"})
             self.send({"type": "result", "index": 0, "status": SKIP, "check_kind": "none", PASS_COLUMN: pass_,
-                       "reason": "OpInfo could not generate samples for this dtype",
+                       "reason": str(e) if unavailable else "OpInfo could not generate samples for this dtype",
                        "reason_kind": REFERENCE_FAILED,
                        "error_type": type(e).__name__, "message": first_line(e)})
             return 1
