@@ -190,12 +190,14 @@ def pairs(data, ops=None, dtypes=None, passes=None):
     the passes of `passes` (default: all) the op has in that dtype.
 
     `ops`: names or globs matched against op ids and OpInfo names (none: every
-    op, the module probes included);
+    op, the module probes included, but not the large cases of `run --large`);
     `dtypes`: dtype names; None means every dtype the op supports on the CPU.
     """
     wanted = {dtype_name(data, d) for d in dtypes} if dtypes else None
+    # The large cases (`run --large`, ops/large.py) run only when asked for by name.
+    rows = data["ops"] if ops else [r for r in data["ops"] if r.get("source", "opinfo") != "large"]
     found = []
-    for row in match(list(ops or ()), data["ops"]):
+    for row in match(list(ops or ()), rows):
         for dtype in row["dtypes"]:
             if wanted is None or dtype in wanted:
                 has = row["passes"].get(dtype, [])

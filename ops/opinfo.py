@@ -61,9 +61,9 @@ def load_op_db():
 
 def with_module_probes(opinfos):
     """The catalogue a sweep runs: OpInfo's ops, then the module-level probes (ops/modules.py)
-    and torchvision's ops (ops/vision.py)."""
-    from mpsprobe.ops import modules, vision
-    return list(opinfos) + modules.probes() + vision.probes()
+    and torchvision's ops (ops/vision.py); the large cases of `run --large` (ops/large.py)."""
+    from mpsprobe.ops import large, modules, vision
+    return list(opinfos) + modules.probes() + vision.probes() + large.probes()
 
 
 def op_key(opinfo):
@@ -232,6 +232,8 @@ def _inplace_keyword(op):
 def passes(opinfo, dtype, wanted):
     """The passes of `wanted` (vocabulary.PASSES order) the op has in `dtype`."""
     from mpsprobe.vocabulary import BACKWARD, FORWARD
+    if getattr(opinfo, "large", False):
+        return [FORWARD] if FORWARD in wanted else []   # `run --large`: one forward case, built on the target
     found = []
     for pass_ in wanted:
         if pass_ == FORWARD or (pass_ == BACKWARD and differentiable(opinfo, dtype)) \

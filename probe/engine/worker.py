@@ -229,6 +229,8 @@ class Worker:
         from .plan import case_key
         from .timing import PASSING
         from .variants import out_form, run_variant_case
+        if getattr(op, "large", False):
+            return self._large(op, pass_, done)
         # Announced, with the last pass's held result, before sample generation runs.
         self._hold({"type": "stage", "stage": "samples", PASS_COLUMN: pass_})
         self._flush()
@@ -280,6 +282,20 @@ class Worker:
                 result["layout"] = layout
             self._hold({"type": "result", "index": index, **self.killed_notes(result)})
         return n_cases
+
+    def _large(self, op, pass_, done):
+        """`run --large`'s one case of a large record (ops/large.py), built on the target itself."""
+        from mpsprobe.ops import large
+        from mpsprobe.vocabulary import PASS_COLUMN
+        from .plan import case_key
+        if case_key(0, pass_, None) in done:
+            return 1
+        self.send({"type": "begin", "index": 0, PASS_COLUMN: pass_, "sample": f"{large.elements()} elements"})
+        with self.case():
+            result = large.run_case(op, self.target)
+        result[PASS_COLUMN] = pass_
+        self._hold({"type": "result", "index": 0, **self.killed_notes(result)})
+        return 1
 
     def _with_layouts(self, cases, pass_):
         """(index, layout, sample, reference) of each case of a pass: each sample as made, then, in
