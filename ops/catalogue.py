@@ -82,7 +82,7 @@ def _code_fingerprint():
     import mpsprobe
     here = os.path.dirname(os.path.abspath(__file__))
     crc = zlib.crc32(f"{FORMAT}|{mpsprobe.__version__}".encode())
-    for name in ("opinfo.py", "catalogue.py"):
+    for name in ("opinfo.py", "catalogue.py", "modules.py", "vision.py", "large.py"):
         with open(os.path.join(here, name), "rb") as f:
             crc = zlib.crc32(f.read(), crc)
     return f"{crc:08x}"

@@ -76,6 +76,11 @@ def _tanh(b, u):
     return _Bounded(torch.tanh(b.value), slope * b.error + FUNCTION_ULPS * u)
 
 
+def _gates_of(b, hidden):
+    """The gates stacked in b (each `hidden` wide), bounded one by one."""
+    return [_Bounded(v, e) for v, e in zip(b.value.split(hidden, -1), b.error.split(hidden, -1))]
+
+
 def _ones_minus(b):
     return _Bounded(1 - b.value, b.error)
 
@@ -105,19 +110,17 @@ class _Gates:
 def _cell(kind, gates, x, h, c, weights, u):
     """One step of `kind`'s cell: (h, c) bounded (c None but for LSTM)."""
     w_ih, w_hh, b_ih, b_hh = weights
+    hidden = w_hh.shape[1]
     if kind == "RNN":
         return _tanh(gates([(w_ih, x), (w_hh, h)], [b_ih, b_hh]), u), None
     if kind == "LSTM":
         z = gates([(w_ih, x), (w_hh, h)], [b_ih, b_hh])
-        i, f, g, o = (_Bounded(v, e) for v, e in zip(z.value.chunk(4, -1), z.error.chunk(4, -1)))
+        i, f, g, o = _gates_of(z, hidden)
         c = (_sigmoid(f, u) * c + _sigmoid(i, u) * _tanh(g, u)).rounded(u)
         return (_sigmoid(o, u) * _tanh(c, u)).rounded(u), c
     # GRU: n = tanh(W_in x + b_in + r * (W_hn h + b_hn)), h' = (1 - z) n + z h
-    hidden = w_hh.shape[1]
-    zx = gates([(w_ih, x)], [b_ih])
-    zh = gates([(w_hh, h)], [b_hh])
-    split = [(_Bounded(v, e)) for v, e in zip(zx.value.split(hidden, -1), zx.error.split(hidden, -1))]
-    split_h = [(_Bounded(v, e)) for v, e in zip(zh.value.split(hidden, -1), zh.error.split(hidden, -1))]
+    split = _gates_of(gates([(w_ih, x)], [b_ih]), hidden)
+    split_h = _gates_of(gates([(w_hh, h)], [b_hh]), hidden)
     r = _sigmoid((split[0] + split_h[0]).rounded(u), u)
     z = _sigmoid((split[1] + split_h[1]).rounded(u), u)
     n = _tanh((split[2] + (r * split_h[2]).rounded(u)).rounded(u), u)
@@ -146,7 +149,8 @@ def recurrent_bounds(kind, args, dtype, modes):
     c0 = c0.detach().to(torch.float64) if c0 is not None else None
     batch, steps, _ = x.shape
     gates_per_step = wide["weight_hh_l0"].shape[0]
-    gates = _Gates(mode, dtype, outputs=layers * directions * steps * batch * gates_per_step)
+    # Every sum the layer makes, for the union bound (GRU sums a gate's input and hidden parts apart).
+    gates = _Gates(mode, dtype, outputs=2 * layers * directions * steps * batch * gates_per_step)
     seq = [_Bounded(t, torch.zeros_like(t)) for t in x.detach().to(torch.float64).unbind(1)]
     last_h, last_c = [], []
     for layer in range(layers):

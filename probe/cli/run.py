@@ -76,8 +76,8 @@ def run(db_path, device, ops, dtypes, samples, timing, workers, timeout, mps_fal
     import shlex
     import time
     # The first line names the target and what will run, before any heavy import.
-    click.echo(output.plan_line(device, ops, dtypes, samples, db_path, shard, torch_spec,
-                                backend), err=True)
+    click.echo(output.plan_line(device, ops or ("large.*" if large else ""), dtypes,
+                                1 if large else samples, db_path, shard, torch_spec, backend), err=True)
     import mpsprobe
     counts = dict.fromkeys(STATUSES, 0)
     began = time.monotonic()
@@ -131,6 +131,7 @@ def run(db_path, device, ops, dtypes, samples, timing, workers, timeout, mps_fal
             last_line = time.monotonic()
             click.echo(f"{progress['cases']} cases, {output.bar_line(progress, counts)}", err=True)
     try:
+        samples = 1 if large else samples   # a large case is one case per pair
         run = mpsprobe.probe(ops, dtypes, device, samples, db_path, timing=timing, workers=workers,
                              timeout=timeout, mps_fallback=mps_fallback, shard=shard, passes=passes,
                              torch=torch_spec, backend=backend, resume=resume, fresh=fresh,
