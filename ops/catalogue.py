@@ -83,7 +83,7 @@ def _code_fingerprint():
     import mpsprobe
     here = os.path.dirname(os.path.abspath(__file__))
     crc = zlib.crc32(f"{FORMAT}|{mpsprobe.__version__}".encode())
-    for name in ("opinfo.py", "catalogue.py", "modules.py", "generated.py"):
+    for name in ("opinfo.py", "catalogue.py", "modules.py", "vision.py", "large.py", "generated.py"):
         with open(os.path.join(here, name), "rb") as f:
             crc = zlib.crc32(f.read(), crc)
     return f"{crc:08x}"
@@ -181,14 +181,12 @@ def pairs(data, ops=None, dtypes=None, passes=None):
     the passes of `passes` (default: all) the op has in that dtype.
 
     `ops`: names or globs matched against op ids and OpInfo names (none: every
-    OpInfo op and generated record, without the module probes);
+    OpInfo op, module probe and generated record, but not the large cases of `run --large`);
     `dtypes`: dtype names; None means every dtype the op supports on the CPU.
     """
     wanted = {dtype_name(data, d) for d in dtypes} if dtypes else None
-    # Module probes run when asked for by name (`--ops 'module.*'`), never in a default sweep:
-    # on a CUDA GPU some are still judged wrongly (benchmarks/README.md, "Module probes on the H200").
-    # Generated records (ops/generated.py) do run by default: a few hundred small cases.
-    rows = data["ops"] if ops else [r for r in data["ops"] if r.get("source", "opinfo") != "module"]
+    # The large cases (`run --large`, ops/large.py) run only when asked for by name.
+    rows = data["ops"] if ops else [r for r in data["ops"] if r.get("source", "opinfo") != "large"]
     found = []
     for row in match(list(ops or ()), rows):
         for dtype in row["dtypes"]:

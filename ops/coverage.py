@@ -19,7 +19,7 @@ from mpsprobe.vocabulary import PASS_COLUMN
 from .declared import native_functions, python_kernels
 
 # How a kernel was reached, by the ops table's source of the op whose case reached it.
-SOURCES = ("opinfo", "module", "generated")
+SOURCES = ("opinfo", "module", "generated", "large")
 
 YAML = "native_functions.yaml"
 

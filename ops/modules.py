@@ -17,10 +17,16 @@ from dataclasses import dataclass, field
 
 import torch
 
+from mpsprobe.ops import module_bounds
+
 SOURCE = "module"
 PREFIX = "module."
 
 F32, F16, BF16 = torch.float32, torch.float16, torch.bfloat16
+
+
+class ProbeUnavailable(Exception):
+    """A probe's library cannot be used here (torchvision absent): its cases are skips saying so."""
 
 
 @dataclass
@@ -33,6 +39,9 @@ class ModuleProbe:
     judge_as: str = None           # the op whose judging rules apply (a random op's distribution)
     differentiable: bool = False   # has a backward pass (gradients of the inputs that require grad)
     note: str = ""                 # what the probe cannot do on this torch, or how it differs by device
+    # error_bound(args, dtype, cpu_out, modes) -> {output position: (Applicable, allowance)}: the
+    # most a correct kernel may differ from the CPU, derived (ops/module_bounds.py), or None.
+    error_bound: object = None
     source: str = SOURCE
     # What the engine reads of an OpInfo.
     variant_test_name: str = ""
@@ -243,6 +252,9 @@ def int4_linear(x, weight_int4, scales_and_zeros):
     and `_weight_int4pack_mm_for_cpu` (the CPU has no `_weight_int4pack_mm`), elsewhere
     `_convert_weight_to_int4pack` on two values a byte and `_weight_int4pack_mm`.
     """
+    if x.dtype == torch.float64:
+        # No kernel takes float64: the float64 truth is the definition itself, exactly.
+        return x @ module_bounds.int4_dequantized(weight_int4, scales_and_zeros, INT4_GROUP)[0].T
     if x.device.type == "cpu":
         packed = torch._convert_weight_to_int4pack_for_cpu(weight_int4, INT4_INNER_K_TILES)
         return torch._weight_int4pack_mm_for_cpu(x, packed, INT4_GROUP, scales_and_zeros)
@@ -266,11 +278,12 @@ def probes():
         ModuleProbe(f"{PREFIX}amp.grad_scaler", amp_unscale_and_update, _amp_inputs, (F32, F16),
                     ("_amp_foreach_non_finite_check_and_unscale_", "_amp_update_scale_")),
         ModuleProbe(f"{PREFIX}nn.LSTM", _recurrent("LSTM"), _recurrent_inputs("LSTM"), (F32, F16),
-                    ("_lstm_mps", "lstm_mps_backward"), differentiable=True),
+                    ("_lstm_mps", "lstm_mps_backward"), differentiable=True,
+                    error_bound=module_bounds.recurrent_error_bound("LSTM")),
         ModuleProbe(f"{PREFIX}nn.GRU", _recurrent("GRU"), _recurrent_inputs("GRU"), (F32, F16),
-                    ("gru.input",), differentiable=True),
+                    ("gru.input",), differentiable=True, error_bound=module_bounds.recurrent_error_bound("GRU")),
         ModuleProbe(f"{PREFIX}nn.RNN", _recurrent("RNN"), _recurrent_inputs("RNN"), (F32, F16),
-                    ("rnn_tanh.input",), differentiable=True),
+                    ("rnn_tanh.input",), differentiable=True, error_bound=module_bounds.recurrent_error_bound("RNN")),
         ModuleProbe(f"{PREFIX}nn.Dropout.train", dropout_train, _dropout_inputs, (F32, F16, BF16),
                     ("bernoulli_.float",), judge_as="nn.functional.dropout"),
         ModuleProbe(f"{PREFIX}nn.RMSNorm", rms_norm, _rms_norm_inputs, (F32, F16, BF16),
@@ -283,6 +296,7 @@ def probes():
                     ("_weight_int8pack_mm",)),
         ModuleProbe(f"{PREFIX}quant.int4_weight_linear", int4_linear, _int4_inputs, (BF16, F16, F32),
                     ("_weight_int4pack_mm", "_convert_weight_to_int4pack"),
+                    error_bound=module_bounds.int4_error_bound(INT4_GROUP),
                     note="the CPU reference runs _weight_int4pack_mm_for_cpu (its CPU twin): the "
                          "CPU has no _weight_int4pack_mm kernel"),
     ]

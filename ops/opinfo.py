@@ -61,9 +61,10 @@ def load_op_db():
 
 def with_module_probes(opinfos):
     """The catalogue a sweep runs: OpInfo's ops, then the module-level probes (ops/modules.py),
-    then the samples generated for MPS kernels neither reaches (ops/generated.py)."""
-    from mpsprobe.ops import generated, modules
-    return list(opinfos) + modules.probes() + generated.probes()
+    torchvision's ops (ops/vision.py), the samples generated for MPS kernels none of those
+    reaches (ops/generated.py) and the large cases of `run --large` (ops/large.py)."""
+    from mpsprobe.ops import generated, large, modules, vision
+    return list(opinfos) + modules.probes() + vision.probes() + generated.probes() + large.probes()
 
 
 def op_key(opinfo):
@@ -239,6 +240,8 @@ def compilable(opinfo):
 def passes(opinfo, dtype, wanted):
     """The passes of `wanted` (vocabulary.PASSES order) the op has in `dtype`."""
     from mpsprobe.vocabulary import BACKWARD, COMPILED, FORWARD
+    if getattr(opinfo, "large", False):
+        return [FORWARD] if FORWARD in wanted else []   # `run --large`: one forward case, built on the target
     found = []
     for pass_ in wanted:
         if pass_ == COMPILED:

@@ -86,8 +86,8 @@ class Run:
 def probe(ops=None, dtypes=None, device="auto", samples=3, db="mpsprobe.db", *, timing=True,
           workers=0, timeout=60.0, mps_fallback=False, shard=None, torch="current",
           backend=None, resume=False, fresh=False, strict_precision=False, passes=None, select=None,
-          runner_label=None, command=None, layouts=False, compiled_samples=1, compile_timeout=60.0,
-          on_start=None, on_case=None, on_pair=None, say=None):
+          runner_label=None, command=None, layouts=False, large=False, compiled_samples=1,
+          compile_timeout=60.0, on_start=None, on_case=None, on_pair=None, say=None):
     """Probe ops (OpInfo names or globs; all by default) in dtypes on a device.
 
     Each case runs on the CPU and on the target in an isolated worker and is
@@ -104,6 +104,9 @@ def probe(ops=None, dtypes=None, device="auto", samples=3, db="mpsprobe.db", *, 
     it: `timeout`, the worker replaced). `layouts`: also run each
     forward sample with its input transposed, strided, expanded, channels_last and at a storage
     offset (ops/layouts.py), each a case of its own whose `layout` names it.
+    `large`: run the large cases instead (ops/large.py: `ops` names them, matmul for
+    large.matmul; all by default), one worker, each refused up front, with one line said,
+    where the target's free memory cannot hold it.
     Provenance: `runner_label` names the fleet machine (see `run --runner-label`);
     `command` is recorded as the command that made the run (default: this
     process's command line).
@@ -117,6 +120,8 @@ def probe(ops=None, dtypes=None, device="auto", samples=3, db="mpsprobe.db", *, 
     if isinstance(shard, str):
         shard = parse_shard(shard)
     python = ensure(torch, say=say or (lambda text: None))
+    if large:
+        ops, workers, select = _large_plan(_split(ops), device, backend, python, say, select)
     options = SweepOptions(
         db_path=str(db), device=device, backend=backend, ops=_split(ops), dtypes=_split(dtypes),
         samples=samples, timing=timing, workers=workers, timeout=timeout,
@@ -135,6 +140,24 @@ def probe(ops=None, dtypes=None, device="auto", samples=3, db="mpsprobe.db", *, 
     run.state, run.total, run.counts = sweep.run(todo, on_case, on_pair)
     run.unfinished, run.events = sweep.unfinished, sweep.events
     return run
+
+
+def _large_plan(ops, device, backend, python, say, select):
+    """(ops, workers, select) for `run --large`: the large cases asked for, one worker (the
+    cases need the device's memory to themselves), and a select that refuses, saying so in
+    one line, each case the target's free memory cannot hold."""
+    from mpsprobe.ops import large
+    free = large.target_free_bytes("cpu" if backend else device, python)
+    if free is None:
+        raise MpsprobeError(f"cannot read the free memory of {device}: --large plans by it")
+
+    def fits(pair):
+        case = large.by_name(pair["op"])
+        line = large.refusal(case, device, free) if case else None
+        if line and say:
+            say(line)
+        return line is None and (select is None or select(pair))
+    return large.wanted(ops), 1, fits
 
 
 def _loaded(model, example_inputs, input_shape, dtype, name):

@@ -163,6 +163,14 @@ EXAMPLES = [
      "for that dtype.", U, "dtype", None, "complex64", None),
     ("convolution_floating_only", "Convolution is supported only for Floating types", U, "dtype",
      "aten::convolution", None, None),
+    # int4mm.cu: TORCH_CHECK(A.dtype() == at::kBFloat16) with no message of its own.
+    ("int4pack_mm_bfloat16_only", "Expected A.dtype() == at::kBFloat16 to be true, but got false.  (Could "
+     "this error message be improved?  If so, please report an enhancement request to PyTorch.)", U, "dtype",
+     "aten::_weight_int4pack_mm", None, None),
+    ("quantized_mm_float_only", "_weight_int4pack_mm_mps : expect A to be either 32-bit or 16-bit float "
+     "tensor.", U, "dtype", "aten::_weight_int4pack_mm", None, None),
+    ("quantized_mm_float_only", "_weight_int8pack_mm_mps : expect A to be either 32-bit or 16-bit float "
+     "tensor.", U, "dtype", "aten::_weight_int8pack_mm", None, None),
     ("int64_input_refused", "MPS does not support cumsum op with int64 input", U, "dtype", "aten::cumsum",
      "int64", None),
     ("int64_input_refused", "MPS does not support sigmoid op with int64 input", U, "dtype", "aten::sigmoid",

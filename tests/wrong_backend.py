@@ -24,6 +24,12 @@ reduced-precision mode it must accept:
             and Gray, 2016) used for the weight gradient, or FFT correlation;
 - "wgrad_off", "wgrad_dropped": as "winograd_wgrad", but 2 % too large, or with
             the term of the first output position of every batch element left out: wrong;
+- "int4_order": right, but the int4 weight-only matmul computed as a GPU kernel may:
+            each weight dequantized in the input's dtype (rounded there), the
+            products summed in float32 from the last to the first, the output rounded;
+- "int4_coarse": as "int4_order", with the dequantized weights cut to 1 mantissa bit: wrong;
+- "int4_bf16_only": as "int4_order" in bfloat16; any other dtype refused with CUDA's
+            own text (int4mm.cu's TORCH_CHECK(A.dtype() == at::kBFloat16));
 - "redraw": right, but every op that draws (dropout, bernoulli, rand, ...)
             draws from another seed: other, equally valid random values, as
             a device with another generator returns.
@@ -88,6 +94,12 @@ class _Wrong(TorchDispatchMode):
         if self.kind in ("reorder", "coarse_sum") and name.startswith("aten::cumsum") \
                 and args[0].dtype == torch.float16:
             return _reordered_cumsum(args[0], args[1], 10 if self.kind == "reorder" else 5)
+        if self.kind.startswith("int4"):
+            if name.startswith("aten::_convert_weight_to_int4pack_for_cpu"):
+                return args[0].clone()  # the 4-bit values as they are: the matmul below reads them
+            if name.startswith("aten::_weight_int4pack_mm_for_cpu"):
+                return _int4_mm(self.kind, *args)
+            return func(*args, **kwargs)
         out = func(*args, **kwargs)
         if name.startswith(_MOVES):
             return out
@@ -161,6 +173,20 @@ def _reordered_cumsum(x, dim, bits):
             acc = (acc.to(torch.float32) + terms[..., j].to(torch.float32)).to(torch.float16)
         out[..., i] = acc
     return out.movedim(-1, dim)
+
+
+INT4_REFUSAL = ("Expected A.dtype() == at::kBFloat16 to be true, but got false.  (Could this error message be "
+                "improved?  If so, please report an enhancement request to PyTorch.)")
+
+
+def _int4_mm(kind, x, q, group, scales_and_zeros):
+    if kind == "int4_bf16_only" and x.dtype != torch.bfloat16:
+        raise RuntimeError(INT4_REFUSAL)
+    scales, zeros = (scales_and_zeros[..., i].T.repeat_interleave(group, dim=1) for i in (0, 1))
+    weight = (q - 8).to(x.dtype) * scales + zeros          # each step rounded in x's dtype
+    if kind == "int4_coarse":
+        weight = round_to_mantissa(weight, 1)
+    return (x.float().flip(-1) @ weight.float().flip(-1).T).to(x.dtype)
 
 
 def _phase(vectors):

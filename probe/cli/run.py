@@ -42,6 +42,10 @@ LOG_EVERY_S = 10   # without a terminal, a progress line at most this often
               help="Also run each forward sample with its input transposed, strided, expanded "
                    "(stride 0), channels_last (4-D) and at a storage offset: one case per layout, "
                    "named in the results' layout column.")
+@click.option("--large", is_flag=True,
+              help="Run the large cases instead (matmul, bmm, cat, fill, index_select, index, sum, max "
+                   "past 2^31 elements and 4 GB; --ops picks among them), each refused up front in one "
+                   "line where the device's free memory cannot hold it.")
 @click.option("--shard", default=None, help="Run only slice I of N, like 2/4 (for splitting a sweep).")
 @click.option("--resume", is_flag=True, help="Continue the newest unfinished run in the DB.")
 @click.option("--fresh", is_flag=True, help="Start a new run even if a matching one exists.")
@@ -55,8 +59,8 @@ LOG_EVERY_S = 10   # without a terminal, a progress line at most this often
               help="FILE.py[:factory] defining a custom target (used by the test suite).")
 @click.option("--json", "as_json", is_flag=True, help="Print a machine-readable summary.")
 def run(db_path, device, ops, dtypes, samples, timing, workers, timeout, mps_fallback,
-        torch_spec, passes, compiled_samples, compile_timeout, layouts, shard, resume, fresh, strict_precision,
-        runner_label, backend, as_json):
+        torch_spec, passes, compiled_samples, compile_timeout, layouts, large, shard, resume, fresh,
+        strict_precision, runner_label, backend, as_json):
     """Probe every OpInfo op on a device and record the results.
 
     Each case (op, dtype, sample) runs on the CPU and on the target in an
@@ -71,14 +75,15 @@ def run(db_path, device, ops, dtypes, samples, timing, workers, timeout, mps_fal
         mpsprobe run --ops nn.functional.gelu --passes forward,backward
         mpsprobe run --ops nn.functional.softplus --layouts
         mpsprobe run --ops 'add,softmax' --dtypes float32 --passes forward,compiled
+        mpsprobe run --device cuda --large --ops matmul,cat --db large.db
         mpsprobe run --torch 2.5.1 --ops add --db history.db
         mpsprobe run --shard 1/4 --runner-label macos-m2-15 --db shard-1.db
     """
     import shlex
     import time
     # The first line names the target and what will run, before any heavy import.
-    click.echo(output.plan_line(device, ops, dtypes, samples, db_path, shard, torch_spec,
-                                backend), err=True)
+    click.echo(output.plan_line(device, ops or ("large.*" if large else ""), dtypes,
+                                1 if large else samples, db_path, shard, torch_spec, backend), err=True)
     import mpsprobe
     counts = dict.fromkeys(STATUSES, 0)
     began = time.monotonic()
@@ -132,11 +137,13 @@ def run(db_path, device, ops, dtypes, samples, timing, workers, timeout, mps_fal
             last_line = time.monotonic()
             click.echo(f"{progress['cases']} cases, {output.bar_line(progress, counts)}", err=True)
     try:
+        samples = 1 if large else samples   # a large case is one case per pair
         run = mpsprobe.probe(ops, dtypes, device, samples, db_path, timing=timing, workers=workers,
                              timeout=timeout, mps_fallback=mps_fallback, shard=shard, passes=passes,
                              torch=torch_spec, backend=backend, resume=resume, fresh=fresh,
                              strict_precision=strict_precision, runner_label=runner_label, layouts=layouts,
                              compiled_samples=compiled_samples, compile_timeout=compile_timeout,
+                             large=large,
                              command=shlex.join(click.get_current_context().meta.get("mpsprobe.argv") or []) or None,
                              on_start=on_start, on_case=on_case, on_pair=on_pair,
                              say=lambda text: click.echo(text, err=True))

@@ -171,7 +171,8 @@ def filed_fallback(fell, status, kind, fields, notes):
 
 
 def run_case(op, dtype, sample, target, nondeterministic=False, timing=True, unchecked=(),
-             op_key=None, aten_cache=None, modes=None, draw_form=None, reference=None, target_op=None):
+             op_key=None, aten_cache=None, modes=None, draw_form=None, reference=None, target_op=None,
+             error_bound=None):
     """A result dict (the results-table fields) for `op` on one SampleInput.
 
     `op_key`: the OpInfo op's key, or a replayed call's aten op, which says how to
@@ -187,6 +188,8 @@ def run_case(op, dtype, sample, target, nondeterministic=False, timing=True, unc
     CPU's kernels are surest of, so a CPU kernel's own layout bug is never the reference.
     `target_op`: what runs on the target in place of `op` (its compiled form, compiled.py);
     the reference, the aten ops recorded and the judging rules stay `op`'s.
+    `error_bound`: a module probe's own derived allowance (ops/module_bounds.py), used in place
+    of the modes' and summation orders' when given.
     """
     started = time.perf_counter()
     cpu_args = sample_tools.call_args(reference if reference is not None else sample)
@@ -279,7 +282,10 @@ def run_case(op, dtype, sample, target, nondeterministic=False, timing=True, unc
         how = judge.prepare(rule, rule_args, target_out, cpu_out, truth_out, dtype)
         target_out, cpu_out, truth_out = how.target_out, how.cpu_out, how.truth_out
     applicable, mode_allowance = None, {}
-    if values and modes:
+    if values and error_bound is not None:
+        mode_allowance = error_bound(cpu_args, dtype, cpu_out, modes)
+        applicable = next(iter(mode_allowance.values()))[0] if mode_allowance else None
+    elif values and modes:
         applicable, mode_allowance = judge.precision_allowance(op, cpu_args, dtype, aten_ops, aten_shapes,
                                                               modes, cpu_out)
     if values and not mode_allowance:

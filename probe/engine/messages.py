@@ -447,6 +447,16 @@ _DTYPES_REFUSED = (
     _family("histogram_float32_only", "histogram takes only float32",
             r"(?P<op>histogram) is only supported for float32", UNSUPPORTED, "dtype",
             sources=[_src(OPS + "HistogramKernel.mm", "v2.13.0", "v2.14.1")]),
+    # CUDA's tinygemm int4 kernel takes bfloat16 only, checked by a TORCH_CHECK with no message
+    # (int4mm.cu, _weight_int4pack_mm_cuda; tags not checked in binaries).
+    _family("int4pack_mm_bfloat16_only", "CUDA's int4 weight-only matmul takes bfloat16 only",
+            r"Expected A\.dtype\(\) == at::kBFloat16 to be true, but got false", UNSUPPORTED, "dtype",
+            sources=[_src("aten/src/ATen/native/cuda/int4mm.cu")], op="aten::_weight_int4pack_mm"),
+    # The quantized matmuls of MPS (and of the CPU) take float32, float16 and bfloat16 only.
+    _family("quantized_mm_float_only", "A weight-only quantized matmul takes 32- or 16-bit floats only",
+            BARE_OP + r" : expect A to be either 32-bit or 16-bit float tensor", UNSUPPORTED, "dtype",
+            sources=[_src(OPS + "Quantized.mm"), _src("aten/src/ATen/native/cpu/int4mm_kernel.cpp")],
+            op="aten::{op}"),
     _family("lu_factor_complex", "lu_factor refuses complex (and non-float) types",
             r"linalg\.(?P<op>lu_factor)\(\): MPS (?:doesn't support complex types|only supports floats)",
             UNSUPPORTED, "dtype", sources=[_src(OPS + "LinearAlgebra.mm", *_since("v2.6.0"))],

@@ -79,7 +79,8 @@ FAMILIES = {
         "cudnn_convolution_add_relu", "miopen_convolution", "mkldnn_convolution",
         "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d",
     }),
-    RNN: frozenset({"_cudnn_rnn", "_cudnn_rnn_backward", "lstm", "gru", "rnn_tanh", "rnn_relu"}),
+    RNN: frozenset({"_cudnn_rnn", "_cudnn_rnn_backward", "lstm", "gru", "rnn_tanh", "rnn_relu",
+                    "mkldnn_rnn_layer", "mkldnn_rnn_layer_backward"}),
 }
 
 
@@ -124,6 +125,15 @@ MODES = {m.name: m for m in (
          "float32 accumulation, order and algorithm of the kernel's choosing"),
     Mode("fp64_any_order", "float64 summation in any order", None, 52, SUMMATION,
          (torch.float64, torch.complex128), "float64 accumulation, order and algorithm of the kernel's choosing"),
+    # Not settings: a weight-only quantized matmul dequantizes its weights in the input's
+    # dtype (each weight up to two roundings off) and sums in float32 in any order
+    # (ops/module_bounds.py, int4_error_bound).
+    Mode("bf16_dequantized", "weights dequantized to bfloat16, summed in any order", 7, 23, SUMMATION,
+         (torch.bfloat16,), "quantized weights dequantized in bfloat16, float32 accumulation"),
+    Mode("fp16_dequantized", "weights dequantized to float16, summed in any order", 10, 23, SUMMATION,
+         (torch.float16,), "quantized weights dequantized in float16, float32 accumulation"),
+    Mode("fp32_dequantized", "weights dequantized to float32, summed in any order", 23, 23, SUMMATION,
+         (torch.float32,), "quantized weights dequantized in float32, float32 accumulation"),
     # Metal's fast math: reassociation plus function variants whose accuracy table
     # (Metal Shading Language specification, fast-math mode) goes down to absolute
     # errors near 2^-13 (sin, cos): modelled as a 13-bit mantissa on every float op.

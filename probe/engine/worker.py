@@ -220,6 +220,7 @@ class Worker:
     def _pass(self, op, dtype, pass_, key, done):
         """The cases of one pass; returns how many it holds."""
         from mpsprobe.ops import opinfo, samples as sample_tools
+        from mpsprobe.ops.modules import ProbeUnavailable
         from mpsprobe.vocabulary import BACKWARD, COMPILED, FORWARD, OUT, PASS_COLUMN, PROBE_FAULT, SKIP
         from .backward import run_backward_case
         from .classify import first_line
@@ -229,6 +230,8 @@ class Worker:
         from .plan import case_key
         from .timing import PASSING
         from .variants import out_form, run_variant_case
+        if getattr(op, "large", False):
+            return self._large(op, pass_, done)
         # Announced, with the last pass's held result, before sample generation runs.
         self._hold({"type": "stage", "stage": "samples", PASS_COLUMN: pass_})
         self._flush()
@@ -238,9 +241,11 @@ class Worker:
             cap = samples_cap(self.config) if pass_ == COMPILED else self.config.get("samples", 3)
             cases = opinfo.samples(op, dtype, cap, requires_grad=pass_ == BACKWARD)
         except Exception as e:
+            # A probe whose library does not import here says so (ops/modules.py, ProbeUnavailable).
+            unavailable = isinstance(e, ProbeUnavailable)
             self.send({"type": "begin", "index": 0, PASS_COLUMN: pass_, "sample": "(sample generation failed)"})
             self.send({"type": "result", "index": 0, "status": SKIP, "check_kind": "none", PASS_COLUMN: pass_,
-                       "reason": "OpInfo could not generate samples for this dtype",
+                       "reason": str(e) if unavailable else "OpInfo could not generate samples for this dtype",
                        "reason_kind": REFERENCE_FAILED,
                        "error_type": type(e).__name__, "message": first_line(e)})
             return 1
@@ -262,7 +267,7 @@ class Worker:
                 with self.case():
                     if pass_ == FORWARD:
                         result = run_case(op.op, dtype, sample, self.target, op_key=key, reference=reference,
-                                          **options)
+                                          error_bound=getattr(op, "error_bound", None), **options)
                     elif pass_ == BACKWARD:
                         result = run_backward_case(op.op, dtype, sample, self.target, key, **options)
                     elif pass_ == COMPILED:
@@ -281,6 +286,20 @@ class Worker:
                 result["layout"] = layout
             self._hold({"type": "result", "index": index, **self.killed_notes(result)})
         return n_cases
+
+    def _large(self, op, pass_, done):
+        """`run --large`'s one case of a large record (ops/large.py), built on the target itself."""
+        from mpsprobe.ops import large
+        from mpsprobe.vocabulary import PASS_COLUMN
+        from .plan import case_key
+        if case_key(0, pass_, None) in done:
+            return 1
+        self.send({"type": "begin", "index": 0, PASS_COLUMN: pass_, "sample": f"{large.elements()} elements"})
+        with self.case():
+            result = large.run_case(op, self.target)
+        result[PASS_COLUMN] = pass_
+        self._hold({"type": "result", "index": 0, **self.killed_notes(result)})
+        return 1
 
     def _with_layouts(self, cases, pass_):
         """(index, layout, sample, reference) of each case of a pass: each sample as made, then, in
