@@ -23,9 +23,11 @@ metal then virtual machine, and test backends' (labelled so): a CPU or CUDA run
 never answers it. When none matches, `check` answers from what PyTorch
 declares (mpsprobe.db.query.knowledge) instead.
 """
+import json
+
 from mpsprobe.errors import MpsprobeError
 from mpsprobe.versions import matches
-from mpsprobe.vocabulary import PASS_COLUMN, PASSES
+from mpsprobe.vocabulary import FORWARD, PASS_COLUMN, PASSES
 from . import knowledge, rows
 
 SOURCES = ("opinfo", "model")
@@ -103,10 +105,18 @@ def describe(run):
     return f"{run['device']}, torch {run['torch_version']}, {where}".strip(", ")
 
 
-def has_pass(conn, run_id, pass_):
-    """Whether `run_id` recorded a case of `pass_` (vocabulary.PASSES)."""
+def has_pass(conn, run, pass_):
+    """Whether `run` (a runs row) recorded a case of `pass_` (vocabulary.PASSES). A run's
+    options list the passes it ran (none listed: forward alone), so only a run that
+    lists `pass_` is looked for in the results."""
+    try:
+        listed = json.loads(run.get("options") or "{}").get("passes") or [FORWARD]
+    except (ValueError, AttributeError):
+        listed = [FORWARD]
+    if pass_ not in listed:
+        return False
     return conn.execute(f'SELECT 1 FROM results WHERE run_id = ? AND "{PASS_COLUMN}" = ? LIMIT 1',
-                        [run_id, pass_]).fetchone() is not None
+                        [run["id"], pass_]).fetchone() is not None
 
 
 def pick_run(conn, run_id=None, torch=None, macos=None, os=None, device=None, source=None,
@@ -132,7 +142,7 @@ def pick_run(conn, run_id=None, torch=None, macos=None, os=None, device=None, so
               and matches(r["os_version"], os)
               and _device_match(r, device)
               and (not mps_question or answers_mps(r))
-              and (not pass_ or has_pass(conn, r["id"], pass_))]
+              and (not pass_ or has_pass(conn, r, pass_))]
     if not wanted:
         have = sorted({describe(r) for r in measured})
         raise RunNotFound(f"no run matches those filters; the database has: {'; '.join(have)}")

@@ -90,7 +90,7 @@ def _pick(conn, run_id, torch, macos, device):
     try:
         if run_id:
             run = pick_run(conn, run_id=run_id)
-            if not has_pass(conn, run["id"], COMPILED):
+            if not has_pass(conn, run, COMPILED):
                 return None, f"run {run['id'][:12]} has no compiled cases"
             return run, None
         return pick_run(conn, torch=torch, macos=macos, device=None if question == "mps" else device,
@@ -121,7 +121,7 @@ def answer(conn, model_ops, eager_answers, device="auto", run_id=None, torch=Non
     beside = []
     if conn is not None and question == "mps" and not run_id:
         beside = [describe(r) for r in list_runs(conn, with_results_only=True)
-                  if not answers_mps(r) and has_pass(conn, r["id"], COMPILED)]
+                  if not answers_mps(r) and has_pass(conn, r, COMPILED)]
     return Compiled(question, run, answers, beside, why_none)
 
 
