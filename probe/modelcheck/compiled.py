@@ -23,7 +23,8 @@ from mpsprobe.vocabulary import (ANSWER, ANSWERS, COMPILED, FAIL_ON, FALLBACK, M
 from .matching import Evidence, Match
 
 # How the compiled answers' summary says each class where the eager words would mislead.
-LABELS = {FALLBACK: REASON_KIND["compiled_fallback"].label, UNKNOWN: "no compiled evidence"}
+LABELS = {FALLBACK: REASON_KIND["compiled_fallback"].label, UNKNOWN: "no compiled evidence",
+          OK: "compiled, correct"}
 NOT_DECLARED = "PyTorch declares nothing about compiled forms"
 
 
