@@ -15,6 +15,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Optional
 
+from mpsprobe import suggestions as advice
 from mpsprobe.db.query import knowledge
 from mpsprobe.db.query.runs import (RunNotFound, answers_mps, describe, evidence_rank, has_pass, list_runs,
                                    pick_run)
@@ -37,11 +38,13 @@ class CompiledAnswer:
     eager: object                   # the eager OpAnswer of the same use, shown beside
     fallback_ops: list = field(default_factory=list)   # the ops the compiler left to eager
     message: Optional[str] = None
+    suggestions: list = field(default_factory=list)   # suggestions.Suggestion, for failing ops
 
     def to_json(self):
         return {"aten_op": self.use.aten_op, "dtype": self.use.dtype, "class": self.klass,
                 "status": self.status, "note": self.note, "count": self.use.count,
                 "fallback_ops": self.fallback_ops, "message": self.message,
+                "suggestions": [{"text": x.text, "source": x.source} for x in self.suggestions],
                 "eager": {"class": self.eager.klass, "note": self.eager.note} if self.eager else None}
 
 
@@ -114,9 +117,14 @@ def answer(conn, model_ops, eager_answers, device="auto", run_id=None, torch=Non
         ev = m.ev
         note = "no compiled case ran it" if m.note == NEVER_PROBED else m.note
         fell_back = sorted(ev.fell_back) if ev and m.klass == FALLBACK else []
-        message = ev.messages[0] if ev and ev.messages and m.klass in (UNSUPPORTED, MISMATCH, FALLBACK) else None
+        failing = m.klass in (UNSUPPORTED, MISMATCH, FALLBACK)
+        message = ev.messages[0] if ev and ev.messages and failing else None
+        kinds = [k for k, _ in ev.kinds.most_common()] if ev else []
+        tips = advice.for_answer(use.aten_op, m.status, kinds, use.dtype, message) if failing else []
+        if m.klass == MISMATCH:   # wrong only when compiled: eager is the workaround
+            tips = [advice.LEAVE_OUT_OF_COMPILE] + tips
         answers.append(CompiledAnswer(use, m.klass, m.status, note, eager.get((use.aten_op, use.dtype)),
-                                      fell_back, message))
+                                      fell_back, message, tips))
     order = {name: i for i, name in enumerate(ANSWERS)}
     answers.sort(key=lambda a: (order[a.klass], a.use.aten_op, a.use.dtype or ""))
     beside = []
@@ -171,6 +179,7 @@ def format_lines(compiled, fail_on, db_path=None):
                 lines.append(f"    left to eager on {run['device']}: {', '.join(a.fallback_ops)}")
             if a.message:
                 lines.append(f"    {a.message[:160]}")
+            lines += [f"    → {tip.text} ({tip.source})" for tip in a.suggestions]
         lines.append("")
     code = compiled.exit_code(fail_on)
     failing = compiled.failing(fail_on)
