@@ -64,13 +64,21 @@ def _record(db, env, forward, compiled, started):
     return writer.run_id
 
 
-def build(path, mps_compiled=True, cpu_compiled=True):
+def build(path, mps_compiled=True, cpu_compiled=True, vm_compiled=False):
     """A store at `path`: an MPS sweep (with its compiled cases when `mps_compiled`) and a
-    CPU sweep (compiling add and relu when `cpu_compiled`). Returns {"mps": id, "cpu": id}."""
+    CPU sweep (compiling add and relu when `cpu_compiled`); with `vm_compiled`, also an MPS
+    sweep in a macOS virtual machine whose compiled add passes and compiled mul fails.
+    Returns {"mps": id, "cpu": id[, "vm": id]}."""
     db = schema.open_db(str(path))
     ids = {"mps": _record(db, MPS_ENV, list(MPS_COMPILED), MPS_COMPILED if mps_compiled else None,
                           "2026-11-01T10:00:00"),
            "cpu": _record(db, CPU_ENV, ["add", "relu"], CPU_COMPILED if cpu_compiled else None,
                           "2026-11-02T10:00:00")}
+    if vm_compiled:
+        ids["vm"] = _record(db, dict(MPS_ENV, device_name="Apple Paravirtual device", virtualized=1),
+                            ["add", "mul"], {"add": {"status": "pass"},
+                                             "mul": {"status": "error", "reason_kind": "compile_failed",
+                                                     "message": "InductorError: out of memory"}},
+                            "2026-11-03T10:00:00")
     schema.close(db)
     return ids

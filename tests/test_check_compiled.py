@@ -129,3 +129,17 @@ def test_compiled_does_not_apply_with_run(run_cli, stores):
     result = run_cli("check", ops, "--db", db, "--compiled", "--run")
     assert result.exit_code == 2 and "--compiled" in result.output
     assert "Traceback" not in result.output
+
+
+def test_bare_metal_answers_before_a_virtual_machine(run_cli, tmp_path):
+    ops = tmp_path / "ops.json"
+    ops.write_text(json.dumps(["aten::add.Tensor", "aten::mul.Tensor"]))
+    build(tmp_path / "both.db", vm_compiled=True)
+    code, data, found = compiled_json(run_cli, ops, tmp_path / "both.db")
+    assert data["compiled"]["rank"] == "measured on MPS (bare metal)"
+    assert found["aten::mul.Tensor"]["class"] == "fallback"
+    # Only the virtual machine compiled: it answers, and says what it is.
+    build(tmp_path / "vm.db", mps_compiled=False, vm_compiled=True)
+    code, data, found = compiled_json(run_cli, ops, tmp_path / "vm.db")
+    assert data["compiled"]["rank"] == "measured on MPS in a virtual machine"
+    assert found["aten::mul.Tensor"]["class"] == "unsupported" and code == 1

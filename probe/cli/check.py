@@ -75,6 +75,7 @@ def check(model, input_shape, train, optimizer, dtype, db_path, torch_version, m
       1  an op at or above --fail-on
       2  bad input, or a model that crashed, exited or hung
       3  nothing at or above --fail-on, but some op rests on no evidence (?)
+    With --compiled, the compiled answers decide it, by the same rules.
 
     \b
     Examples:
