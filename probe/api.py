@@ -216,7 +216,7 @@ def _torch_threads():
 def check_model(model, example_inputs=None, db=None, *, input_shape=None, train=False,
                 optimizer="sgd", dtype=None, run=False, device="auto", backend=None, timing=True,
                 torch=None, macos=None, run_id=None, export=None, name=None, workers=1,
-                timeout=60.0, batches=None, strict_precision=False, say=None):
+                timeout=60.0, batches=None, strict_precision=False, compiled=False, say=None):
     """Will `model` run on the target? Its aten ops, each answered from the database.
 
     `model`: an nn.Module (with `example_inputs`: a tensor, a tuple of
@@ -234,6 +234,10 @@ def check_model(model, example_inputs=None, db=None, *, input_shape=None, train=
     `batches` (with `run`: sizes like (1, 8, 32) or "1,8,32") also times one whole
     step of the model per batch size on the CPU and `device` (modelcheck/batches.py),
     recorded under the replay's run and kept in the Report's `batch_sweep`.
+    `compiled`: also answer for the model under torch.compile, from the chosen device's
+    measured `compiled` cases (modelcheck/compiled.py; nothing is declared about compiled
+    forms, so without such a run that answer is unknown); the report's exit status is then
+    the compiled answer's, each op's eager answer beside it.
     Returns a Report: `.ops` (per-op answers), `.to_json()`, `.exit_code(fail_on)`.
     """
     from mpsprobe.db import schema
@@ -250,6 +254,9 @@ def check_model(model, example_inputs=None, db=None, *, input_shape=None, train=
     shape = _shape(spec, input_shape) if spec else None
     if run and (torch or macos or run_id):
         raise MpsprobeError("--run measures this machine: --torch, --macos and --run-id do not apply")
+    if compiled and run:
+        raise MpsprobeError("--compiled answers from a probe run's compiled cases (mpsprobe run --passes "
+                            "compiled): it does not apply with --run")
     is_list = isinstance(model, (str, os.PathLike)) and str(model).endswith(".json")
     if is_list and run:
         raise MpsprobeError("--run needs a model to replay, not an op list")
@@ -363,6 +370,10 @@ def check_model(model, example_inputs=None, db=None, *, input_shape=None, train=
                                   db_path=db_path if store else None)
         report.batch_sweep = sweep
         report.db_missing = None if store else db_path
+        if compiled:
+            from mpsprobe.modelcheck import compiled as compiled_answers
+            report.compiled = compiled_answers.answer(store and store.conn, model_ops, report.answers,
+                                                      device=device, run_id=run_id, torch=torch, macos=macos)
         return report
     finally:
         progress.done()

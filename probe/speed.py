@@ -108,14 +108,46 @@ def speedup_text(c):
     """The best speedup, claimed only where its interval excludes 1: "2.10x (1.85-2.40)",
     "no clear difference (0.91-1.20)", "—" (no target), or "— (no interval)" (too few
     repetitions for one, or recorded before intervals were)."""
-    best, lo, hi = c.get("best_speedup"), c.get("best_speedup_lo"), c.get("best_speedup_hi")
-    if c.get("no_target") or best is None:
+    if c.get("no_target"):
+        return "—"
+    return interval_text(c.get("best_speedup"), c.get("best_speedup_lo"), c.get("best_speedup_hi"))
+
+
+def interval_text(speedup, lo, hi):
+    """A speedup with its interval, claimed only where the interval excludes 1."""
+    if speedup is None:
         return "—"
     if lo is None or hi is None:
         return "— (no interval)"
     if lo > 1 or hi < 1:
-        return f"{best:.2f}x ({lo:.2f}-{hi:.2f})"
+        return f"{speedup:.2f}x ({lo:.2f}-{hi:.2f})"
     return f"no clear difference ({lo:.2f}-{hi:.2f})"
+
+
+COMPILED_WINS, COMPILED_LOSES, NO_CLEAR_DIFFERENCE = "compiled faster", "compiled slower", "no clear difference"
+
+
+def compiled_verdict(row):
+    """How a compiled case's speed compares with eager's on the same target
+    (compiled_speedup = eager_ms / compiled ms): faster or slower only where the
+    interval excludes 1; None where it was not timed."""
+    speedup, lo, hi = row.get("compiled_speedup"), row.get("compiled_speedup_lo"), row.get("compiled_speedup_hi")
+    if speedup is None:
+        return None
+    if lo is not None and lo > 1:
+        return COMPILED_WINS
+    if hi is not None and hi < 1:
+        return COMPILED_LOSES
+    return NO_CLEAR_DIFFERENCE
+
+
+def compiled_text(row):
+    """"compiled faster: 1.80x (1.50-2.10)", "no clear difference (0.90-1.07)", "— (not timed)"."""
+    verdict = compiled_verdict(row)
+    if verdict is None:
+        return "— (not timed)"
+    said = interval_text(row["compiled_speedup"], row.get("compiled_speedup_lo"), row.get("compiled_speedup_hi"))
+    return f"{verdict}: {said}" if verdict != NO_CLEAR_DIFFERENCE else said
 
 
 def _open(db_path):

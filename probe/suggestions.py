@@ -7,7 +7,7 @@ to do and where that advice comes from.
 """
 from collections import namedtuple
 
-from mpsprobe.vocabulary import BROKEN, ERROR, FALLBACK, MISMATCH, UNSUPPORTED
+from mpsprobe.vocabulary import BROKEN, ERROR, FALLBACK, MISMATCH, REASON_KIND, UNSUPPORTED
 
 Suggestion = namedtuple("Suggestion", "text source")
 
@@ -57,6 +57,18 @@ BY_OP = {
 }
 
 
+# A compiled case's failures: what to do is about the compiler, not the device's kernels.
+COMPILER_TROUBLESHOOTING = "https://pytorch.org/docs/stable/torch.compiler_troubleshooting.html"
+LEAVE_OUT_OF_COMPILE = Suggestion(
+    "Keep this op out of the compiled region (torch.compiler.disable on the function that calls it): "
+    "it runs eagerly there, as its eager answer says.", COMPILER_TROUBLESHOOTING)
+GRAPH_BREAK = Suggestion(
+    "Nothing to fix for correctness: the op runs eagerly on the target. A graph break costs speed; "
+    "torch._dynamo.explain shows where it happens.", COMPILER_TROUBLESHOOTING)
+BY_COMPILED_KIND = {REASON_KIND["compile_failed"].name: [LEAVE_OUT_OF_COMPILE],
+                    REASON_KIND["compiled_fallback"].name: [GRAPH_BREAK]}
+
+
 def _base(op):
     """"upsample_bicubic2d" for "aten::upsample_bicubic2d.vec"."""
     return op.rsplit("::", 1)[-1].split(".", 1)[0]
@@ -83,6 +95,8 @@ def for_case(op_id, status, reason_kind, dtype, message=None, min_macos=None, ha
              measured_macos=None):
     """The suggestions that fit one failing (status, reason kind, dtype), most useful first.
     `have_macos`: the macOS of the Mac asking; `measured_macos`: the macOS of the answer."""
+    if reason_kind in BY_COMPILED_KIND:
+        return list(BY_COMPILED_KIND[reason_kind])
     found = [BY_OP[_base(op_id)]] if status in (UNSUPPORTED, FALLBACK) and _base(op_id) in BY_OP else []
     if reason_kind == "macos_version" or (message and "macOS" in message and status == UNSUPPORTED):
         found.append(upgrade_macos(min_macos, have_macos, measured_macos))

@@ -127,9 +127,14 @@ def fallback_switched_on(run):
     return isinstance(env, dict) and str(env.get("PYTORCH_ENABLE_MPS_FALLBACK", "0")) not in ("", "0")
 
 
+def fmt_ms(value):
+    """A time in ms to three significant figures; "—" where none was measured."""
+    return "—" if value is None else f"{value:.3g}"
+
+
 def template_vars():
     """What every page's templates may use."""
-    return {"status_class": status_class, "status_symbol": status_symbol,
+    return {"status_class": status_class, "status_symbol": status_symbol, "fmt_ms": fmt_ms,
             "statuses": STATUSES, "status_info": STATUS, "declared_class": status_class(PASS),
             "pass_column": PASS_COLUMN,
             "reason_kinds": [REASON_KIND[k] for k in REASON_KINDS]}

@@ -34,12 +34,15 @@ import statistics
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
-from mpsprobe.vocabulary import (BROKEN, FAILED, FALLBACK, MISMATCH, OK, PASS, RAN, RANK, REASON_KIND,
-                                 REFUSED_AT_TRANSFER, SKIP, UNCHECKED, UNKNOWN, UNSUPPORTED)
+from mpsprobe.vocabulary import (BROKEN, EAGER_PASSES, FAILED, FALLBACK, MISMATCH, OK, PASS, PASS_COLUMN, RAN,
+                                 RANK, REASON_KIND, REFUSED_AT_TRANSFER, SKIP, UNCHECKED, UNKNOWN, UNSUPPORTED)
 from . import rows as _rows
 
 # Reason kinds of a pass that needed a derived allowance (mpsprobe.vocabulary.REASON_KINDS).
 ALLOWANCES = (REASON_KIND["reduced_precision"].name, REASON_KIND["summation_order"].name)
+# The compiled pass's own failures, and how an answer says its fallback.
+COMPILED_FALLBACK, COMPILE_FAILED = REASON_KIND["compiled_fallback"], REASON_KIND["compile_failed"]
+LEFT_TO_EAGER = "left to eager by the compiler"
 
 
 @dataclass
@@ -61,6 +64,7 @@ class Evidence:
     allowed: Counter = field(default_factory=Counter)   # passes by a derived allowance: reason -> cases
     # status -> failing cases that ran the op in this dtype and others, failing on it in one
     unsure: Counter = field(default_factory=Counter)
+    fell_back: set = field(default_factory=set)     # the ops its fallback cases named (fallback_ops)
 
     @property
     def failures(self):
@@ -75,7 +79,8 @@ class Evidence:
                         self.at_transfer + other.at_transfer, self.via | other.via,
                         self.messages + other.messages, self.kinds + other.kinds,
                         self.min_macos | other.min_macos, self.timings + other.timings,
-                        self.allowed + other.allowed, self.unsure + other.unsure)
+                        self.allowed + other.allowed, self.unsure + other.unsure,
+                        self.fell_back | other.fell_back)
 
     def failed(self, why):
         """Keep one failure's (message, reason kind, minimum macOS)."""
@@ -92,8 +97,18 @@ def _json_list(text):
     return json.loads(text) if text else []
 
 
-def evidence(conn, run_id, dtypes=None, by_variant=False):
+def _in_passes(passes):
+    """An SQL condition on results' pass, and its arguments."""
+    return f"results.{PASS_COLUMN} IN ({', '.join('?' for _ in passes)})", list(passes)
+
+
+def evidence(conn, run_id, dtypes=None, by_variant=False, passes=EAGER_PASSES):
     """{(aten op, dtype): Evidence} for one run (optionally only some dtypes).
+
+    `passes`: the passes whose cases count. By default the eager ones: a compiled
+    case (the op through torch.compile) answers for the compiled form only, and its
+    fallback is the compiler leaving an op to eager, not a CPU fallback; ask with
+    passes=(COMPILED,) for the compiled answer.
 
     Each op is filed under the dtypes it ran in (results.aten_dtypes, filed as a
     model's calls are: a float32 irfft2 case runs `_fft_c2r` on complex64), or
@@ -107,12 +122,14 @@ def evidence(conn, run_id, dtypes=None, by_variant=False):
     apart from the 2-D ones. Only another probe op's passing case of the same
     variant then clears an op of a failure.
     """
-    rows = _rows(conn, """
+    in_passes, pass_args = _in_passes(passes)
+    rows = _rows(conn, f"""
         SELECT results.op_id, results.dtype, results.status, results.check_kind,
                results.aten_op, results.fallback_ops, results.aten_ops, results.aten_variants,
                results.aten_dtypes, results.reason, results.reason_kind, results.min_macos,
                results.message, results.notes, results.ref_ms, results.target_ms, ops.aten_name
-        FROM results LEFT JOIN ops ON ops.id = results.op_id WHERE results.run_id = ?""", [run_id])
+        FROM results LEFT JOIN ops ON ops.id = results.op_id
+        WHERE results.run_id = ? AND {in_passes}""", [run_id, *pass_args])
     found = defaultdict(Evidence)
     # (ops, cleared by, filed under, unsure under, status, op_id, why): failures no message pins on one op
     unplaced = []
@@ -154,6 +171,7 @@ def evidence(conn, run_id, dtypes=None, by_variant=False):
             found[k].via.add(r["op_id"])
         for op, k in each(fell_back, failed_in):
             found[k].blamed[FALLBACK] += 1
+            found[k].fell_back.update(fell_back)
             found[k].via.add(r["op_id"])
             found[k].failed((None, r["reason_kind"], r["min_macos"]))
         for op in fell_back:
@@ -242,18 +260,20 @@ def _refuses_its_dtype(row):
     return json.loads(row["notes"] or "{}").get("named_dtype") == row["dtype"]
 
 
-def refused_dtypes(conn, run_id):
+def refused_dtypes(conn, run_id, passes=EAGER_PASSES):
     """{dtype: (cases, message)}: dtypes the run's target refuses outright, every case of
     the dtype refused while its inputs moved, naming that dtype, and none running
-    (MPS and float64)."""
+    (MPS and float64), among the cases of `passes`."""
     found = {}
     ran = ", ".join(f"'{s}'" for s in RAN)
+    in_passes, pass_args = _in_passes(passes)
     for r in _rows(conn, f"""
             SELECT dtype, count(*) AS n, max(message) AS message,
                    sum(CASE WHEN status IN ({ran}) THEN 1 ELSE 0 END) AS ran,
                    sum(CASE WHEN reason LIKE ? AND json_extract(notes, '$.named_dtype') = dtype
                        THEN 1 ELSE 0 END) AS refused
-            FROM results WHERE run_id = ? GROUP BY dtype""", [REFUSED_AT_TRANSFER + "%", run_id]):
+            FROM results WHERE run_id = ? AND {in_passes} GROUP BY dtype""",
+                   [REFUSED_AT_TRANSFER + "%", run_id, *pass_args]):
         if r["refused"] and not r["ran"]:
             found[r["dtype"]] = (r["refused"], r["message"])
     return found
@@ -276,9 +296,12 @@ def verdict(ev):
         how = f" ({ev.at_transfer} case(s) refused while moving their inputs to the target)"
     if broken:
         status = max(broken, key=RANK.get)
-        return UNSUPPORTED, status, f"{status}{how}{passes}"
+        said = f"{status}: {COMPILE_FAILED.label}" if ev.kinds[COMPILE_FAILED.name] else status
+        return UNSUPPORTED, status, f"{said}{how}{passes}"
     if failures[FALLBACK]:
-        return FALLBACK, FALLBACK, f"falls back to the CPU{how}{passes}"
+        # Under torch.compile a fallback is an op left to eager on the target, never the CPU.
+        where = LEFT_TO_EAGER if ev.kinds[COMPILED_FALLBACK.name] else "falls back to the CPU"
+        return FALLBACK, FALLBACK, f"{where}{how}{passes}"
     if failures[MISMATCH]:
         return MISMATCH, MISMATCH, f"wrong numbers{how}{passes}"
     if ev.unsure:

@@ -18,11 +18,12 @@ from collections import defaultdict
 
 from mpsprobe.db.views import in_list, status_rank, worst_status
 from mpsprobe.versions import major_version, same_release, sort_key
-from mpsprobe.vocabulary import (FALLBACK, FORWARD, NO_SUPPORT, PARTIAL, PASS_COLUMN, RANK, SKIP, SUPPORTED,
+from mpsprobe.vocabulary import (COMPILED, FALLBACK, FORWARD, NO_SUPPORT, PARTIAL, PASS_COLUMN, RANK, SKIP, SUPPORTED,
                                   UNKNOWN_SUPPORT, WORKING, worst)
 from . import declared as declared_q, present, rows
+from .blame import COMPILED_FALLBACK, LEFT_TO_EAGER
 from .op import order_dtypes
-from .runs import VIRTUAL_MACHINE, device_rank, list_runs, machine_kind
+from .runs import VIRTUAL_MACHINE, device_rank, has_pass, list_runs, machine_kind
 
 
 def group_key(run):
@@ -39,17 +40,24 @@ def group_label(key):
     return f"{device} · {where}" + (f" · {VIRTUAL_MACHINE}" if virtual else "") + (f" · {chip}" if chip else "")
 
 
-def columns(conn):
-    """[{"group", "label", "torch_version", "run_id" or None, "declared"}] in display order."""
+def columns(conn, pass_=FORWARD):
+    """[{"group", "label", "torch_version", "run_id" or None, "declared"}] in display order.
+    The compiled layer (`pass_` COMPILED) has only the runs that compiled ops, and no
+    declared stand-ins: PyTorch declares nothing about compiled forms."""
     newest = {}
+    compiled = pass_ == COMPILED
     for run in list_runs(conn, with_results_only=True):
         if (run.get("source") or "opinfo") != "opinfo":
+            continue
+        if compiled and not has_pass(conn, run, COMPILED):
             continue
         key = (group_key(run), run["torch_version"])
         if key not in newest or (run["started"] or "") > (newest[key]["started"] or ""):
             newest[key] = run
     found = [{"group": g, "label": group_label(g), "torch_version": v, "run_id": r["id"],
               "declared": None} for (g, v), r in newest.items()]
+    if compiled:
+        return _ordered(found)
     for col in found:  # the declaration of the same release, for cells nothing measured
         device = declared_q.declared_device(col["group"][0])
         version = device and declared_q.version_for(conn, device, col["torch_version"])
@@ -63,6 +71,11 @@ def columns(conn):
                 found.append({"group": (device, "declared", "", False, ""), "torch_version": version,
                               "label": f"{device} · declared, not measured", "run_id": None,
                               "declared": (version, device)})
+    return _ordered(found)
+
+
+def _ordered(found):
+    """Columns in display order: MPS groups first, declared-only last, oldest torch first."""
     found.sort(key=lambda c: sort_key(c["torch_version"]))
     found.sort(key=lambda c: (device_rank(c["group"][0]), c["group"][1] == "declared",
                               c["group"][1], -int(c["group"][2] or 0) if str(c["group"][2]).isdigit()
@@ -84,7 +97,7 @@ def op_ids(conn, op_like="", dtypes=(), pass_=None):
         "AND EXISTS (SELECT 1 FROM results JOIN runs ON runs.id = results.run_id "
         f"WHERE results.op_id = ops.id {in_dtypes.replace('dtype', 'results.dtype')} {in_pass} "
         f"{sweeps_only})", [op_like, op_like, *dtype_args, *pass_args])}
-    if "declared" in present(conn):
+    if "declared" in present(conn) and pass_ != COMPILED:   # nothing is declared of compiled forms
         found |= {r[0] for r in conn.execute(
             f"SELECT DISTINCT op_id FROM declared WHERE (? = '' OR op_id LIKE ?) {in_dtypes}",
             [op_like, op_like, *dtype_args])}
@@ -188,6 +201,8 @@ def _note(dtype, d):
         return None
     if d.get("reason_kind") == "macos_version" and d.get("min_macos"):
         return f"{dtype}: needs macOS {d['min_macos']}"
+    if d.get("reason_kind") == COMPILED_FALLBACK.name:   # still on the target: not a CPU fallback
+        return f"{dtype}: {LEFT_TO_EAGER}"
     return f"{dtype}: {d['status']}" + (f" ({d['reason_kind']})" if d.get("reason_kind") else "")
 
 
@@ -230,7 +245,7 @@ def grid(conn, op_like="", dtype=(), pass_=FORWARD, statuses=(), limit=400, offs
     "torch_version", "declared_only"} or None. `ops`: these op ids only (a search's page)."""
     dtypes = tuple([dtype] if isinstance(dtype, str) else dtype or ())
     dtypes = tuple(d for d in dtypes if d)
-    cols = columns(conn)
+    cols = columns(conn, pass_)
     # Without a status filter a page needs only its own ops: they are picked
     # first, so a page of a 20-run database reads a page of ops, not every result.
     only = list(ops) if ops is not None else None if statuses else op_ids(conn, op_like, dtypes, pass_)
@@ -314,6 +329,11 @@ def op_answers(conn, op_id, pass_=FORWARD):
             if cell:
                 group["cells"].append(cell)
     return {"groups": [g for g in groups.values() if g["cells"]], "footnotes": found["footnotes"]}
+
+
+def compiled_measured(conn):
+    """Whether any sweep in the store compiled ops (the compiled layer has something to show)."""
+    return bool(columns(conn, COMPILED))
 
 
 def support_by_release(conn, pass_=FORWARD):

@@ -1,9 +1,12 @@
 """One op, as its page tells it: history per pass, declared vs measured per
-release, the messages seen, and where to look when the name is not an op."""
+release, the messages seen, its compiled cases beside the eager ones, and where
+to look when the name is not an op."""
+import json
+
 from mpsprobe.versions import same_release, sort_key
-from mpsprobe.vocabulary import PASSES, PASS_COLUMN
+from mpsprobe.vocabulary import COMPILED, FORWARD, PASSES, PASS_COLUMN
 from . import declared as declared_q, history, matrix, rows
-from .runs import machine_kind_sql
+from .runs import device_rank, machine_kind_sql
 
 DTYPE_ORDER = ("bool", "uint8", "int8", "int16", "int32", "int64", "float16", "bfloat16",
                "float32", "float64", "complex32", "complex64", "complex128")
@@ -92,4 +95,40 @@ def similar(conn, name, limit=8):
     found = [r[0] for r in conn.execute(
         "SELECT id FROM ops WHERE id LIKE ? ORDER BY length(id), id LIMIT ?",
         [f"%{last}%", limit])]
+    return found
+
+
+def compiled_beside_eager(conn, op_id):
+    """Per run and dtype where the op was compiled (newest run first): the worst status of
+    its forward cases ("eager") and of its compiled cases ("compiled"), the compiled cases'
+    worst reason kind and the ops the compiler left to eager ("left_to_eager", from their
+    fallback_ops), with the run's facts."""
+    from mpsprobe.db.views import in_list, status_rank, worst_status
+    from mpsprobe.vocabulary import WORKING
+
+    def of(pass_, column="status"):
+        return f"(CASE WHEN res.{PASS_COLUMN} = '{pass_}' THEN res.{column} END)"
+    # The reason of the worst compiled cases: "rank|kind", the highest rank wins.
+    why = (f"max(CASE WHEN res.{PASS_COLUMN} = '{COMPILED}' AND res.status NOT IN {in_list(WORKING)} "
+           f"THEN printf('%02d|%s', {status_rank('res.status')}, coalesce(res.reason_kind, '')) END)")
+    found = rows(conn, f"""
+        SELECT res.run_id, res.dtype, {worst_status(of(FORWARD))} AS eager,
+               {worst_status(of(COMPILED))} AS compiled, {why} AS why,
+               sum(res.{PASS_COLUMN} = '{COMPILED}') AS n_compiled,
+               (SELECT json_group_array(DISTINCT je.value) FROM results AS c, json_each(c.fallback_ops) AS je
+                WHERE c.op_id = res.op_id AND c.dtype = res.dtype AND c.{PASS_COLUMN} = '{COMPILED}'
+                  AND c.run_id = res.run_id AND json_valid(c.fallback_ops)) AS left_to_eager,
+               r.device, r.device_name, r.torch_version, r.os_name, r.os_version, r.chip, r.started,
+               r.virtualized, r.translated, r.backend, r.device_env, {machine_kind_sql('r')} AS machine_kind
+        FROM results res JOIN runs r ON r.id = res.run_id
+        WHERE res.op_id = ? AND res.{PASS_COLUMN} IN (?, ?)
+        GROUP BY res.run_id, res.dtype HAVING n_compiled > 0
+        ORDER BY r.started DESC, res.run_id""", [op_id, FORWARD, COMPILED])
+    for r in found:
+        r["reason_kind"] = (r.pop("why") or "|").split("|", 1)[1] or None
+        r["left_to_eager"] = sorted(json.loads(r["left_to_eager"] or "[]"))
+    order = {d: i for i, d in enumerate(order_dtypes({r["dtype"] for r in found}))}
+    found.sort(key=lambda r: order[r["dtype"]])
+    found.sort(key=lambda r: r["started"] or "", reverse=True)
+    found.sort(key=lambda r: device_rank(r["device"]))   # MPS first, as the answers are
     return found

@@ -23,8 +23,11 @@ metal then virtual machine, and test backends' (labelled so): a CPU or CUDA run
 never answers it. When none matches, `check` answers from what PyTorch
 declares (mpsprobe.db.query.knowledge) instead.
 """
+import json
+
 from mpsprobe.errors import MpsprobeError
 from mpsprobe.versions import matches
+from mpsprobe.vocabulary import FORWARD, PASS_COLUMN, PASSES
 from . import knowledge, rows
 
 SOURCES = ("opinfo", "model")
@@ -102,10 +105,25 @@ def describe(run):
     return f"{run['device']}, torch {run['torch_version']}, {where}".strip(", ")
 
 
+def has_pass(conn, run, pass_):
+    """Whether `run` (a runs row) recorded a case of `pass_` (vocabulary.PASSES). A run's
+    options list the passes it ran (none listed: forward alone), so only a run that
+    lists `pass_` is looked for in the results."""
+    try:
+        listed = json.loads(run.get("options") or "{}").get("passes") or [FORWARD]
+    except (ValueError, AttributeError):
+        listed = [FORWARD]
+    if pass_ not in listed:
+        return False
+    return conn.execute(f'SELECT 1 FROM results WHERE run_id = ? AND "{PASS_COLUMN}" = ? LIMIT 1',
+                        [run["id"], pass_]).fetchone() is not None
+
+
 def pick_run(conn, run_id=None, torch=None, macos=None, os=None, device=None, source=None,
-             mps_question=False):
+             mps_question=False, pass_=None):
     """The run to answer from, as a dict (a runs-table row and has_results). Raises RunNotFound.
-    `mps_question`: only runs that may answer one (answers_mps)."""
+    `mps_question`: only runs that may answer one (answers_mps). `pass_`: only runs with
+    cases of that pass (the compiled answer needs compiled cases)."""
     every = list_runs(conn)
     if run_id:
         found = [r for r in every if r["id"] == run_id] or \
@@ -123,7 +141,8 @@ def pick_run(conn, run_id=None, torch=None, macos=None, os=None, device=None, so
               and (not macos or (r["os_name"] == "macOS" and matches(r["os_version"], macos)))
               and matches(r["os_version"], os)
               and _device_match(r, device)
-              and (not mps_question or answers_mps(r))]
+              and (not mps_question or answers_mps(r))
+              and (not pass_ or has_pass(conn, r, pass_))]
     if not wanted:
         have = sorted({describe(r) for r in measured})
         raise RunNotFound(f"no run matches those filters; the database has: {'; '.join(have)}")
@@ -139,7 +158,6 @@ def results(conn, run_id):
 
 def pass_counts(conn, run_id):
     """{pass: {status: cases}} of one run, passes in the vocabulary's order."""
-    from mpsprobe.vocabulary import PASS_COLUMN, PASSES
     found = {}
     for r in rows(conn, f'SELECT "{PASS_COLUMN}" AS p, status, count(*) AS n FROM results '
                         f'WHERE run_id = ? GROUP BY "{PASS_COLUMN}", status', [run_id]):

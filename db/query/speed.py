@@ -4,6 +4,7 @@ Every function takes an sqlite3 connection and returns plain dicts, for the
 CLI, the check report and the site alike. Databases without the speed tables
 answer with empty lists.
 """
+from mpsprobe.vocabulary import COMPILED, PASS, PASS_COLUMN
 from . import present, rows
 from .runs import machine_kind_sql
 
@@ -100,3 +101,25 @@ def model_sweeps(conn, model=None, run_id=None):
             sweeps[key] = dict({k: v for k, v in r.items() if k not in ("batch",)}, rows=[])
         sweeps[key]["rows"].append(r)
     return list(sweeps.values())
+
+
+def has_compiled_speeds(conn):
+    """True when the results table has the compiled pass's timing columns (schema 13)."""
+    return "compiled_speedup" in {r[1] for r in conn.execute("PRAGMA table_info(results)")}
+
+
+def compiled_speeds(conn, op_id=None, limit=500):
+    """Compiled against eager on the same target, per passing compiled case (newest run
+    first): compile_ms (the first call, compiling included), eager_ms, target_ms (the
+    compiled call), compiled_speedup (eager over compiled) and its interval, with the
+    run's facts. Cases not timed have no speedup and are left out."""
+    if not has_compiled_speeds(conn):
+        return []
+    return rows(conn, f"""
+SELECT res.op_id, res.dtype, res.run_id, res.compile_ms, res.eager_ms, res.target_ms,
+       res.compiled_speedup, res.compiled_speedup_lo, res.compiled_speedup_hi, {RUN_FIELDS}
+FROM results res JOIN runs r ON r.id = res.run_id
+WHERE res.{PASS_COLUMN} = ? AND res.status = ? AND res.compiled_speedup IS NOT NULL
+  AND (? IS NULL OR res.op_id = ?)
+ORDER BY r.started DESC, res.run_id, res.op_id, res.dtype LIMIT ?""",
+                [COMPILED, PASS, op_id, op_id, limit])

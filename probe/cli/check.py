@@ -43,11 +43,16 @@ DTYPES = ("float32", "float16", "bfloat16", "float64")
               type=click.Choice(list(FAIL_ON)),
               help="Exit 1 when an op is this bad or worse (unknown: also ops with no evidence; "
                    "declared: also ops only declared to work, not measured).")
+@click.option("--compiled", is_flag=True,
+              help="Answer for the model under torch.compile: from the device's measured compiled cases "
+                   "(`run --passes compiled`), each op's eager answer beside; the exit status is the "
+                   "compiled answer's (3 when no compiled run answers).")
 @click.option("--export", "export_path", default=None, type=click.Path(dir_okay=False),
               help="Write the captured op list as JSON (for the site's check page).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 def check(model, input_shape, train, optimizer, dtype, db_path, torch_version, macos, device,
-          run_id, measure, timing, timeout, batches, strict_precision, backend, fail_on, export_path, as_json):
+          run_id, measure, timing, timeout, batches, strict_precision, backend, fail_on, compiled, export_path,
+          as_json):
     """Will MODEL run on MPS? Capture its aten ops on the CPU and answer from the evidence.
 
     MODEL is a .py file defining build() -> (model, example_inputs[, loss]),
@@ -61,6 +66,8 @@ def check(model, input_shape, train, optimizer, dtype, db_path, torch_version, m
     declares for MPS in that release (bundled with mpsprobe; --torch and
     --macos pick the release and the macOS), else nothing (?). A CPU or CUDA
     run never answers for MPS (ask for it with --device cpu or --run-id).
+    --compiled answers for the model under torch.compile from measured
+    compiled cases only (PyTorch declares nothing about compiled forms).
 
     \b
     Exit status:
@@ -68,6 +75,7 @@ def check(model, input_shape, train, optimizer, dtype, db_path, torch_version, m
       1  an op at or above --fail-on
       2  bad input, or a model that crashed, exited or hung
       3  nothing at or above --fail-on, but some op rests on no evidence (?)
+    With --compiled, the compiled answers decide it, by the same rules.
 
     \b
     Examples:
@@ -76,6 +84,7 @@ def check(model, input_shape, train, optimizer, dtype, db_path, torch_version, m
         mpsprobe check my_model.py --train --dtype float16 --torch 2.5 --macos 14 --json
         mpsprobe check my_model.py --run --device mps --db mine.db
         mpsprobe check benchmarks/models/resnet50.py --run --batch 1,2,4,8,16,32,64
+        mpsprobe check my_model.py --compiled
     """
     import mpsprobe
     from mpsprobe.modelcheck.report import format_report
@@ -83,7 +92,8 @@ def check(model, input_shape, train, optimizer, dtype, db_path, torch_version, m
         model, db=db_path, input_shape=input_shape, train=train, optimizer=optimizer,
         dtype=dtype, run=measure, device=device, backend=backend, timing=timing,
         torch=torch_version, macos=macos, run_id=run_id, export=export_path, batches=batches,
-        strict_precision=strict_precision, timeout=timeout, say=lambda text: click.echo(text, err=True))
+        strict_precision=strict_precision, timeout=timeout, compiled=compiled,
+        say=lambda text: click.echo(text, err=True))
     if as_json:
         click.echo(output.as_json(report.to_json(fail_on)))
     else:

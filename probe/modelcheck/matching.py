@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from mpsprobe.db.query import blame
-from mpsprobe.vocabulary import (DTYPE_UNSURE, FAILING_ONLY, FALLBACK, MISMATCH, NEVER_PROBED,
+from mpsprobe.vocabulary import (DTYPE_UNSURE, EAGER_PASSES, FAILING_ONLY, FALLBACK, MISMATCH, NEVER_PROBED,
                                  OTHER_DTYPES, RELATED_ONLY, UNKNOWN, UNSUPPORTED)
 
 FAILING = (UNSUPPORTED, MISMATCH, FALLBACK)
@@ -34,15 +34,16 @@ class Evidence:
     """One run's evidence, read once: per op, per variant, and the dtypes refused outright.
 
     `fallback`: a declared.Declared that answers the ops the run leaves unknown
-    (for a real MPS run: its gaps filled from what PyTorch declares, said so)."""
+    (for a real MPS run: its gaps filled from what PyTorch declares, said so).
+    `passes`: whose cases answer (blame.evidence): the eager ones, or the compiled one."""
 
-    def __init__(self, conn, run_id, fallback=None):
+    def __init__(self, conn, run_id, fallback=None, passes=EAGER_PASSES):
         self.fallback = fallback
-        self.found = blame.evidence(conn, run_id)
+        self.found = blame.evidence(conn, run_id, passes=passes)
         self.variants = {}
-        for (op, dtype, variant), ev in blame.evidence(conn, run_id, by_variant=True).items():
+        for (op, dtype, variant), ev in blame.evidence(conn, run_id, by_variant=True, passes=passes).items():
             self.variants.setdefault((op, dtype), {})[variant] = ev
-        self.refused = blame.refused_dtypes(conn, run_id)
+        self.refused = blame.refused_dtypes(conn, run_id, passes)
         self.names = {op for op, _ in self.found}
 
     def match(self, use):

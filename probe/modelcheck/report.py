@@ -77,6 +77,7 @@ class Report:
     db_path: Optional[str] = None       # the database asked (None: none was there)
     db_missing: Optional[str] = None    # the default database's path, when it is not there
     beside: list = field(default_factory=list)   # the database's other-device runs (not MPS evidence)
+    compiled: Optional[object] = None   # check --compiled: modelcheck.compiled.Compiled, what the exit answers
 
     @property
     def ops(self):
@@ -91,7 +92,9 @@ class Report:
 
     def exit_code(self, fail_on):
         """1: an op at or above `fail_on`; 3: none, but an answer rests on no evidence; 0: every
-        op known to work at that level (or `fail_on` never)."""
+        op known to work at that level (or `fail_on` never). With a compiled answer, its ops decide."""
+        if self.compiled is not None:
+            return self.compiled.exit_code(fail_on)
         if self.failing(fail_on):
             return 1
         if fail_on != "never" and any(a.klass == UNKNOWN for a in self.answers):
@@ -126,6 +129,7 @@ class Report:
             **({"model_ms": self.model_ms} if self.model_ms else {}),
             **({"batch_sweep": self.batch_sweep} if self.batch_sweep else {}),
             **({"speed": self.speed} if self.speed else {}),
+            **({"compiled": self.compiled.to_json(fail_on)} if self.compiled is not None else {}),
         }
 
 
@@ -366,10 +370,15 @@ def format_report(report, fail_on=FALLBACK):
     failing, code = report.failing(fail_on), report.exit_code(fail_on)
     unknown = sum(a.klass == UNKNOWN for a in report.answers)
     lines.append("")
-    lines.append(f"exit 1: {len(failing)} (op, dtype) pair(s) at or above --fail-on {fail_on}" if code == 1
-                 else f"exit {code}: nothing at or above --fail-on {fail_on}, but {unknown} (op, dtype) "
-                      "pair(s) rest on no evidence: not a yes" if code == NO_ANSWER_EXIT
-                 else f"exit 0: nothing at or above --fail-on {fail_on}")
+    if report.compiled is not None:   # the eager answers above stand beside; the exit is the compiled one's
+        from .compiled import format_lines
+        lines += ["eager answers above; with --compiled the exit status answers for the compiled form:", ""]
+        lines += format_lines(report.compiled, fail_on, report.db_path)
+    else:
+        lines.append(f"exit 1: {len(failing)} (op, dtype) pair(s) at or above --fail-on {fail_on}" if code == 1
+                     else f"exit {code}: nothing at or above --fail-on {fail_on}, but {unknown} (op, dtype) "
+                          "pair(s) rest on no evidence: not a yes" if code == NO_ANSWER_EXIT
+                     else f"exit 0: nothing at or above --fail-on {fail_on}")
     if report.batch_sweep:
         from mpsprobe.modelcheck.batches import format_sweep
         lines += format_sweep(report.batch_sweep)

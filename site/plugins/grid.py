@@ -20,7 +20,7 @@ from mpsprobe.db.query import grid as grid_q, legend as legend_q
 from mpsprobe.site.charts import SHARE_COLOURS
 from mpsprobe.site.common import (ask, cached, cases_url, get_database, op_url, reason_label, refuse,
                                   render, too_long, url)
-from mpsprobe.vocabulary import (FORWARD, PARTIAL, PASS_COLUMN, PASSES, REASON_KIND, STATUS, STATUSES, SUPPORT, SUPPORTED,
+from mpsprobe.vocabulary import (COMPILED, EAGER_PASSES, FORWARD, PARTIAL, PASS_COLUMN, PASSES, REASON_KIND, STATUS, STATUSES, SUPPORT, SUPPORTED,
                                  SUPPORTS, WORKING, is_status)
 
 PAGE_SIZE = 100
@@ -40,10 +40,12 @@ def _why(cell):
     return reason_label(cell["reason_kind"])
 
 
-def _links(datasette, db, dtypes):
+def _links(datasette, db, dtypes, pass_=FORWARD):
     """href(op_id, cell) for the grid's cells: the prefixes built once a page, not a
-    urlencode a cell (1,500 cells a page)."""
+    urlencode a cell (1,500 cells a page). A pass other than forward is kept in a
+    link to the results table."""
     quote = urllib.parse.quote
+    in_pass = "" if pass_ == FORWARD else f"&{PASS_COLUMN}={quote(pass_, safe='')}"
     declared = url(datasette, f"/{db.name}/declared") + "?op_id="
     if len(dtypes) == 1:
         cases = url(datasette, f"/{db.name}/cell_cases") + "?run_id="
@@ -59,7 +61,7 @@ def _links(datasette, db, dtypes):
     def href(op_id, cell):
         if cell["declared_only"]:
             return f"{declared}{quote(op_id, safe='')}&torch_version={quote(cell['torch_version'], safe='')}"
-        return f"{results}{quote(cell['run_id'], safe='')}&op_id={quote(op_id, safe='')}"
+        return f"{results}{quote(cell['run_id'], safe='')}&op_id={quote(op_id, safe='')}{in_pass}"
     return href
 
 
@@ -108,6 +110,23 @@ def _chips(datasette, params, dtypes, chosen):
     return chips
 
 
+EAGER = "eager"
+
+
+def _layers(datasette, params, pass_, compiled_measured):
+    """The "eager | compiled" switch: each layer's label, link (None: the one shown, or
+    the compiled layer where no run compiled anything) and why it is off."""
+    eager_pass = pass_ if pass_ != COMPILED else FORWARD
+    return [{"label": EAGER, "on": pass_ != COMPILED, "title": "the ops run eagerly",
+             "href": url(datasette, "/-/grid", **dict(params, **{PASS_COLUMN: "" if eager_pass == FORWARD
+                                                                 else eager_pass}))},
+            {"label": COMPILED, "on": pass_ == COMPILED,
+             "title": ("each op's forward through torch.compile, judged against the CPU" if compiled_measured
+                       else "not measured: no run here compiled ops (mpsprobe run --passes compiled)"),
+             "href": url(datasette, "/-/grid", **dict(params, **{PASS_COLUMN: COMPILED}))
+             if compiled_measured else None}]
+
+
 @cached
 async def grid_page(datasette, request):
     db = get_database(datasette)
@@ -123,10 +142,14 @@ async def grid_page(datasette, request):
         page = max(1, int(args.get("page") or 1))
     except ValueError:
         page = 1
-    found = await ask(db, grid_q.grid, _pattern(op_filter), chosen, pass_, wanted,
-                      limit=PAGE_SIZE, offset=(page - 1) * PAGE_SIZE)
+    compiled_measured = await ask(db, grid_q.compiled_measured)
+    if pass_ == COMPILED and not compiled_measured:   # "not measured", never every op unknown
+        found = {"columns": [], "groups": [], "footnotes": {}, "rows": [], "total": 0}
+    else:
+        found = await ask(db, grid_q.grid, _pattern(op_filter), chosen, pass_, wanted,
+                          limit=PAGE_SIZE, offset=(page - 1) * PAGE_SIZE)
     cols = found["columns"]
-    href = _links(datasette, db, chosen)
+    href = _links(datasette, db, chosen, pass_)
     rows = Markup("\n".join(_row_html(datasette, r, cols, found["groups"], href) for r in found["rows"]))
     pages = (found["total"] + PAGE_SIZE - 1) // PAGE_SIZE
     params = {"op": op_filter, "dtype": chosen or None, "status": wanted or None,
@@ -134,18 +157,22 @@ async def grid_page(datasette, request):
     # One footnote per text (MPS's float64 for every MPS group), numbered as the groups come.
     texts = list(dict.fromkeys(t for l, _ in found["groups"] for t in found["footnotes"].get(l, [])))
     marks = {l: texts.index(ts[0]) + 1 for l, ts in found["footnotes"].items()}
+    layers = _layers(datasette, {k: v for k, v in params.items() if k != PASS_COLUMN}, pass_, compiled_measured)
     return await render(datasette, request, "mpsprobe_grid.html", {
-        "title": "Compat grid", "db": db.name, "columns": cols,
+        "title": "Compat grid", "db": db.name, "columns": cols, "layers": layers,
+        "compiled": pass_ == COMPILED, "compiled_measured": compiled_measured,
         "groups": found["groups"], "rows": rows, "shown": len(found["rows"]), "total": found["total"], "page": page,
         "pages": pages, "op_filter": op_filter, "chosen": chosen, "pass_": pass_,
-        "passes": PASSES, "wanted": wanted, "supports": [SUPPORT[s] for s in SUPPORTS],
+        "passes": EAGER_PASSES, "wanted": wanted, "supports": [SUPPORT[s] for s in SUPPORTS],
         "chips": _chips(datasette, {k: v for k, v in params.items() if k != "dtype"}, known, chosen),
         "marks": marks, "footnotes": [(i + 1, t) for i, t in enumerate(texts)],
         "measured_versions": {label: sum(1 for c in cols if c["label"] == label and c["run_id"])
                               for label, _ in found["groups"]},
         "prev_url": url(datasette, "/-/grid", page=page - 1, **params) if page > 1 else None,
         "next_url": url(datasette, "/-/grid", page=page + 1, **params) if page < pages else None,
-    }, data={"columns": [{"group": c["label"], "torch_version": c["torch_version"],
+    }, data={"layer": COMPILED if pass_ == COMPILED else EAGER, PASS_COLUMN: pass_,
+             "compiled_measured": compiled_measured,
+             "columns": [{"group": c["label"], "torch_version": c["torch_version"],
                           "run_id": c["run_id"]} for c in cols],
              "dtypes": chosen, "footnotes": found["footnotes"],
              "total": found["total"], "page": page, "pages": pages,

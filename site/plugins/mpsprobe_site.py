@@ -23,8 +23,9 @@ from mpsprobe.site import limits
 from mpsprobe.site.common import (STATUS_CSS_PATH, ask, cached, cases_url, get_database, op_url,
                                   reason_label, refuse, render, too_long, run_label, status_badge, status_class,
                                   status_css_page, status_symbol, template_vars, url)
-from mpsprobe.vocabulary import (FALLBACK, FORWARD, PARTIAL, PASS_COLUMN, PASSES, STATUSES, SUPPORT, UNSUPPORTED,
-                                  is_status)
+from mpsprobe.speed import compiled_text, compiled_verdict
+from mpsprobe.vocabulary import (COMPILED, FALLBACK, FORWARD, PARTIAL, PASS_COLUMN, PASSES, STATUSES, SUPPORT,
+                                 UNSUPPORTED, is_status)
 
 # ---------------------------------------------------------------------------- canned queries
 
@@ -65,8 +66,10 @@ ORDER BY c.sample_index, r.pass""",
         "title": "Ops that fall back to the CPU",
         "description": "(op, dtype) pairs where at least one case ran an aten op on the CPU. "
                        "Leave run_id empty for every run.",
+        # A compiled case's fallback is the compiler leaving an op to eager, on the target.
         "sql": _pairs_query(f"s.n_{FALLBACK}, s.fallback_ops",
-                            f"s.n_{FALLBACK} > 0 AND (:run_id = '' OR s.run_id = :run_id)",
+                            f"s.n_{FALLBACK} > 0 AND s.pass != {quoted(COMPILED)} "
+                            "AND (:run_id = '' OR s.run_id = :run_id)",
                             "r.started DESC, s.op_id, s.dtype"),
     },
     "unsupported_for_dtype": {
@@ -345,6 +348,7 @@ async def op_page(datasette, request):
     answers = await ask(db, grid_q.op_answers, op_id)
     mps = [g for g in answers["groups"] if g["device"] == "mps"]
     others = [g for g in answers["groups"] if g["device"] != "mps"]
+    compiled = await compiled_section(datasette, db, op_id)
     return await render(datasette, request, "mpsprobe_op.html", {
         "title": op_id, "db": db.name, "op": page["op"], "op_id": op_id, "dtypes": dtypes,
         "mps_answers": [_answer_group(g) for g in mps], "other_answers": [_answer_group(g) for g in others],
@@ -353,6 +357,7 @@ async def op_page(datasette, request):
         "passes": passes, "declared": page["declared"], "releases": page["releases"],
         "firsts": page["firsts"], "notes": page["notes"], "messages": messages,
         "advice": advice, "grid_url": url(datasette, "/-/grid", op=op_id), "speed": speed,
+        "compiled": compiled,
         "fallbacks_url": url(datasette, f"/{db.name}/results", op_id=op_id, status=FALLBACK),
     }, data={"op_id": op_id, "op": page["op"], "dtypes": dtypes, "notes": page["notes"],
              "history": {p["name"]: [{"run": c["run"]["id"], "label": run_label(c["run"]),
@@ -360,7 +365,25 @@ async def op_page(datasette, request):
                          for p in passes},
              "releases": page["releases"], "declared": page["declared"],
              "messages": page["messages"], "suggestions": [s._asdict() for s in advice],
-             "answers": {"mps": mps, "other_devices": others, "footnotes": answers["footnotes"]}})
+             "answers": {"mps": mps, "other_devices": others, "footnotes": answers["footnotes"]},
+             "compiled": {"mps": compiled["mps_groups"], "other_devices": compiled["other_groups"],
+                          "beside_eager": compiled["beside"], "speeds": compiled["speeds"]}})
+
+
+async def compiled_section(datasette, db, op_id):
+    """The op page's compiled layer: the grid's compiled answers (MPS groups apart from the
+    others), each run's compiled status beside its eager one, and compiled-vs-eager speeds."""
+    answers = await ask(db, grid_q.op_answers, op_id, COMPILED)
+    beside = [dict(r, where=run_label(r), why=reason_label(r["reason_kind"]),
+                   cases_url=cases_url(datasette, db, r["run_id"], op_id, r["dtype"]))
+              for r in await ask(db, op_q.compiled_beside_eager, op_id)]
+    speeds = [dict(r, where=run_label(r), verdict=compiled_verdict(r), text=compiled_text(r))
+              for r in await ask(db, speed_q.compiled_speeds, op_id)]
+    return {"mps": [_answer_group(g) for g in answers["groups"] if g["device"] == "mps"],
+            "others": [_answer_group(g) for g in answers["groups"] if g["device"] != "mps"],
+            "mps_groups": [g for g in answers["groups"] if g["device"] == "mps"],
+            "other_groups": [g for g in answers["groups"] if g["device"] != "mps"],
+            "beside": beside, "speeds": speeds}
 
 
 # The first-passing-versions table in a porter's words, not the view's column names.

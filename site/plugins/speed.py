@@ -1,5 +1,6 @@
-"""Speed pages: /-/speed (crossovers of op ladders, model batch sweeps), /-/claims (the
-guides' claims and what the database holds for each), and the op page's speed section.
+"""Speed pages: /-/speed (crossovers of op ladders, model batch sweeps, compiled against
+eager), /-/claims (the guides' claims and what the database holds for each), and the op
+page's speed section.
 
 Thin hooks over mpsprobe.db.query.speed; charts from mpsprobe.site.charts.
 """
@@ -8,7 +9,7 @@ from datasette.utils.asgi import Response
 
 from mpsprobe.claims import CLAIMS
 from mpsprobe.db.query import speed as speed_q
-from mpsprobe.speed import speedup_text   # a speedup only where its interval excludes 1
+from mpsprobe.speed import compiled_text, compiled_verdict, speedup_text   # claims only where the interval excludes 1
 from mpsprobe.site.charts import CPU_COLOUR, TARGET_COLOUR, svg_chart, _label
 from mpsprobe.site.common import ask, get_database, run_label
 
@@ -94,13 +95,19 @@ SPEED_PAGE = """{% extends "base.html" %}
 all its threads, and on the target; the crossover is the size from which the target wins at every larger one.
 The per-case timing of <code>mpsprobe run</code> uses OpInfo's tiny samples: it measures kernel-launch
 latency, not the op. <a href="{{ claims_url }}">The guides' claims, measured</a>.</p>
-{% if not crossovers and not models %}<p class="mp-empty">No speed ladders or batch sweeps in this database:
+{% if not crossovers and not models and not compiled %}<p class="mp-empty">No speed ladders or batch sweeps in this database:
 <code>mpsprobe bench --device mps</code>, <code>mpsprobe check MODEL --run --batch 1,2,4,8,16,32,64</code>.</p>{% endif %}
 {% for run in crossovers %}<h2>Op ladders · {{ run.where }}</h2>
 <table class="mp-plain"><thead><tr><th>op</th><th>family</th><th>dtype</th><th>pass</th><th>crossover</th><th>best speedup</th><th>at</th><th>largest measured</th></tr></thead><tbody>
 {% for c in run.rows %}<tr><td><a href="{{ op_base }}{{ c.op|urlencode }}">{{ c.op }}</a></td><td>{{ c.family }}</td><td>{{ c.dtype }}</td><td>{{ c.pass_name }}</td><td>{{ c.text }}</td><td>{{ c.best }}</td><td>{{ c.by }} {{ c.best_at if c.best_at is not none else '' }}</td><td>{{ c.largest if c.largest is not none else '—' }}</td></tr>
 {% endfor %}</tbody></table>{% endfor %}
 {% if models %}<h2>Model batch sweeps</h2>{% set charts = models %}""" + SECTION + """{% endif %}
+{% for run in compiled %}<h2>Compiled vs eager · {{ run.where }}</h2>
+<p>Each op's forward through <code>torch.compile</code> against the eager op on the same target, at the same
+input (eager ms over compiled ms): faster or slower only where the interval excludes 1. The first call includes compiling.</p>
+<table class="mp-plain mp-sortable mp-compiled-speed"><thead><tr><th>op</th><th>dtype</th><th>first call ms (compiling)</th><th>eager ms</th><th>compiled ms</th><th>compiled vs eager</th></tr></thead><tbody>
+{% for c in run.rows %}<tr><td><a href="{{ op_base }}{{ c.op_id|urlencode }}">{{ c.op_id }}</a></td><td>{{ c.dtype }}</td><td>{{ fmt(c.compile_ms) }}</td><td>{{ fmt(c.eager_ms) }}</td><td>{{ fmt(c.target_ms) }}</td><td class="mp-speed-{{ (c.verdict or 'none')|replace(' ', '-') }}">{{ c.text }}</td></tr>
+{% endfor %}</tbody></table>{% endfor %}
 {% endblock %}"""
 
 CLAIMS_PAGE = """{% extends "base.html" %}
@@ -139,10 +146,13 @@ async def speed_page(datasette, request):
                    "rows": [dict(c, text=crossover_text(c), best=speedup_text(c)) for c in group]}
                   for group in _groups(await ask(db, speed_q.crossovers), ("run_id",))]
     models = model_charts(await ask(db, speed_q.model_sweeps))
+    compiled = [{"where": _where(group[0]),
+                 "rows": [dict(c, verdict=compiled_verdict(c), text=compiled_text(c)) for c in group]}
+                for group in _groups(await ask(db, speed_q.compiled_speeds), ("run_id",))]
     return await _render(datasette, request, SPEED_PAGE, {
-        "crossovers": crossovers, "models": models,
+        "crossovers": crossovers, "models": models, "compiled": compiled,
         "op_base": datasette.urls.path("/-/op/"), "claims_url": datasette.urls.path("/-/claims")},
-        data={"crossovers": crossovers,
+        data={"crossovers": crossovers, "compiled": compiled,
               "models": [{k: v for k, v in m.items() if k != "svg"} for m in models]})
 
 
