@@ -57,6 +57,11 @@ def report(run_cli, *args):
     return result.exit_code, json.loads(result.output[result.output.index("{"):])
 
 
+def report_lines(run_cli, *args):
+    """check's report as lines, without the progress line it prints on stderr past 2 s."""
+    return [x for x in run_cli(*map(str, args)).output.splitlines() if not x.startswith("check: ")]
+
+
 def by_op(data):
     return {(o["aten_op"], o["dtype"]): o for o in data["ops"]}
 
@@ -135,9 +140,10 @@ def test_a_fresh_install_names_the_float64_ops_with_their_lines_and_the_fix(run_
         assert "cast to float32 before .to('mps')" in answer["note"], op
         assert answer["source"].startswith("declared by PyTorch 2.13.0"), op
         assert any("Cast to float32" in s["text"] for s in answer["suggestions"]), op
-    text = run_cli("check", str(weak)).output
-    assert text.splitlines()[1] == ("MPS: declared by PyTorch 2.13.0 for macOS ≥ 14.0; no measured "
-                                    "MPS run (no database: mpsprobe.db does not exist)")
+    lines = report_lines(run_cli, "check", str(weak))
+    text = "\n".join(lines)
+    assert lines[1] == ("MPS: declared by PyTorch 2.13.0 for macOS ≥ 14.0; no measured "
+                        "MPS run (no database: mpsprobe.db does not exist)")
     assert "weak_ops.py:11" in text
 
 
@@ -228,9 +234,9 @@ def test_a_bare_metal_run_answers_and_its_gaps_are_declared(run_cli, fake_db, tm
     heaviside = by_op(data)["aten::heaviside", "float32"]
     assert heaviside["class"] == "unsupported"
     assert heaviside["source"] == "declared by PyTorch 2.13.0 for macOS 15.1"  # the run's macOS
-    text = run_cli("check", str(model(tmp_path, STEP, "step")), "--db", str(mac)).output
-    assert text.splitlines()[1].startswith("MPS: measured on MPS (bare metal): answers from run ")
-    assert "[declared by PyTorch 2.13.0 for macOS 15.1]" in text
+    lines = report_lines(run_cli, "check", str(model(tmp_path, STEP, "step")), "--db", str(mac))
+    assert lines[1].startswith("MPS: measured on MPS (bare metal): answers from run ")
+    assert "[declared by PyTorch 2.13.0 for macOS 15.1]" in "\n".join(lines)
 
 
 def test_bare_metal_outranks_a_virtual_machine(run_cli, fake_db, tmp_path):
@@ -256,9 +262,9 @@ def test_a_cpu_run_never_answers_an_mps_question(run_cli, fake_db, tmp_path):
     code, data = report(run_cli, model(tmp_path, STEP, "step"), "--db", cpu)
     assert data["answered_from"]["rank"] == knowledge.DECLARED
     assert by_op(data)["aten::add.Tensor", "float32"]["class"] == "declared"   # not the CPU's ✓
-    text = run_cli("check", str(model(tmp_path, STEP, "step")), "--db", str(cpu)).output
-    assert f"no measured MPS run in {cpu}" in text.splitlines()[1]
-    assert text.splitlines()[2].startswith("  beside it, not MPS evidence: 1 other run(s) (cpu, torch ")
+    lines = report_lines(run_cli, "check", str(model(tmp_path, STEP, "step")), "--db", str(cpu))
+    assert f"no measured MPS run in {cpu}" in lines[1]
+    assert lines[2].startswith("  beside it, not MPS evidence: 1 other run(s) (cpu, torch ")
     # Asked for by name, the CPU run answers, labelled as what it is.
     code, data = report(run_cli, model(tmp_path, STEP, "step"), "--db", cpu, "--device", "cpu")
     add = by_op(data)["aten::add.Tensor", "float32"]

@@ -10,6 +10,11 @@ with how many cases work ("k of n") and the reason kind of its worst cases.
 Where a column measured nothing for an op, what PyTorch declares stands in,
 marked as declared.
 
+The compiled layer (pass `compiled`: each op's forward through torch.compile)
+is drawn by the same rules from the compiled cases alone, with only the runs
+that compiled ops as columns and nothing declared standing in; a fallback there
+is the compiler leaving the op to eager on the target, and its note says so.
+
 `since` / `until` of a row and group: the torch version from which it has
 worked in every later column, and the last version it worked in before it
 stopped working.

@@ -19,9 +19,10 @@ from mpsprobe import suggestions as advice
 from mpsprobe.db.query import knowledge
 from mpsprobe.db.query.runs import (RunNotFound, answers_mps, describe, evidence_rank, has_pass, list_runs,
                                    pick_run)
-from mpsprobe.vocabulary import (ANSWER, ANSWERS, COMPILED, FAIL_ON, FALLBACK, MISMATCH, NEVER_PROBED,
-                                 NO_ANSWER_EXIT, OK, REASON_KIND, UNCHECKED, UNKNOWN, UNSUPPORTED)
+from mpsprobe.vocabulary import (ANSWER, ANSWERS, COMPILED, FALLBACK, MISMATCH, NEVER_PROBED, OK,
+                                 REASON_KIND, UNCHECKED, UNKNOWN, UNSUPPORTED)
 from .matching import Evidence, Match
+from .report import ORDER, exit_line, exit_status
 
 # How the compiled answers' summary says each class where the eager words would mislead.
 LABELS = {FALLBACK: REASON_KIND["compiled_fallback"].label, UNKNOWN: "no compiled evidence",
@@ -60,16 +61,9 @@ class Compiled:
     def counts(self):
         return Counter(a.klass for a in self.answers)
 
-    def failing(self, fail_on):
-        return [a for a in self.answers if a.klass in FAIL_ON[fail_on]]
-
     def exit_code(self, fail_on):
         """As the eager report's: 1 at or above `fail_on`, 3 when an answer rests on no evidence."""
-        if self.failing(fail_on):
-            return 1
-        if fail_on != "never" and any(a.klass == UNKNOWN for a in self.answers):
-            return NO_ANSWER_EXIT
-        return 0
+        return exit_status(self.answers, fail_on)
 
     def rank(self):
         return evidence_rank(self.run) if self.run else knowledge.NO_EVIDENCE
@@ -125,8 +119,7 @@ def answer(conn, model_ops, eager_answers, device="auto", run_id=None, torch=Non
             tips = [advice.LEAVE_OUT_OF_COMPILE] + tips
         answers.append(CompiledAnswer(use, m.klass, m.status, note, eager.get((use.aten_op, use.dtype)),
                                       fell_back, message, tips))
-    order = {name: i for i, name in enumerate(ANSWERS)}
-    answers.sort(key=lambda a: (order[a.klass], a.use.aten_op, a.use.dtype or ""))
+    answers.sort(key=lambda a: (ORDER[a.klass], a.use.aten_op, a.use.dtype or ""))
     beside = []
     if conn is not None and question == "mps" and not run_id:
         beside = [describe(r) for r in list_runs(conn, with_results_only=True)
@@ -181,13 +174,7 @@ def format_lines(compiled, fail_on, db_path=None):
                 lines.append(f"    {a.message[:160]}")
             lines += [f"    → {tip.text} ({tip.source})" for tip in a.suggestions]
         lines.append("")
-    code = compiled.exit_code(fail_on)
-    failing = compiled.failing(fail_on)
-    unknown = counts.get(UNKNOWN, 0)
-    lines.append(f"exit 1: {len(failing)} (op, dtype) pair(s) at or above --fail-on {fail_on} when compiled"
-                 if code == 1 else
-                 f"exit {code}: nothing at or above --fail-on {fail_on} when compiled, but {unknown} (op, dtype) "
-                 "pair(s) rest on no compiled evidence: not a yes" if code == NO_ANSWER_EXIT
-                 else f"exit 0: nothing at or above --fail-on {fail_on} when compiled")
+    lines.append(exit_line(compiled.answers, fail_on, compiled.exit_code(fail_on), "compiled evidence",
+                           " when compiled"))
     return lines
 

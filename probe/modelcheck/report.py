@@ -91,15 +91,10 @@ class Report:
         return [a for a in self.answers if a.klass in FAIL_ON[fail_on]]
 
     def exit_code(self, fail_on):
-        """1: an op at or above `fail_on`; 3: none, but an answer rests on no evidence; 0: every
-        op known to work at that level (or `fail_on` never). With a compiled answer, its ops decide."""
+        """exit_status() of the answers; with a compiled answer, of its answers."""
         if self.compiled is not None:
             return self.compiled.exit_code(fail_on)
-        if self.failing(fail_on):
-            return 1
-        if fail_on != "never" and any(a.klass == UNKNOWN for a in self.answers):
-            return NO_ANSWER_EXIT
-        return 0
+        return exit_status(self.answers, fail_on)
 
     def answered_from(self):
         """What the answers rest on, as a dict: the question's device, the evidence rank of the
@@ -131,6 +126,28 @@ class Report:
             **({"speed": self.speed} if self.speed else {}),
             **({"compiled": self.compiled.to_json(fail_on)} if self.compiled is not None else {}),
         }
+
+
+def exit_status(answers, fail_on):
+    """1: an op at or above `fail_on`; 3: none, but an answer rests on no evidence; 0: every
+    op known to work at that level (or `fail_on` never)."""
+    if any(a.klass in FAIL_ON[fail_on] for a in answers):
+        return 1
+    if fail_on != "never" and any(a.klass == UNKNOWN for a in answers):
+        return NO_ANSWER_EXIT
+    return 0
+
+
+def exit_line(answers, fail_on, code, evidence="evidence", when=""):
+    """The report's last line: its exit status and why (`when`: " when compiled")."""
+    failing = sum(a.klass in FAIL_ON[fail_on] for a in answers)
+    unknown = sum(a.klass == UNKNOWN for a in answers)
+    if code == 1:
+        return f"exit 1: {failing} (op, dtype) pair(s) at or above --fail-on {fail_on}{when}"
+    if code == NO_ANSWER_EXIT:
+        return (f"exit {code}: nothing at or above --fail-on {fail_on}{when}, but {unknown} (op, dtype) "
+                f"pair(s) rest on no {evidence}: not a yes")
+    return f"exit 0: nothing at or above --fail-on {fail_on}{when}"
 
 
 WHOLE_STEP, SUM_OF_CALLS = "whole step", "sum of calls"
@@ -367,18 +384,13 @@ def format_report(report, fail_on=FALLBACK):
         lines += [f"    → {tip.text} ({tip.source})" for tip in a.suggestions]
     if folded:
         lines.append(_allocation_line(folded))
-    failing, code = report.failing(fail_on), report.exit_code(fail_on)
-    unknown = sum(a.klass == UNKNOWN for a in report.answers)
     lines.append("")
     if report.compiled is not None:   # the eager answers above stand beside; the exit is the compiled one's
         from .compiled import format_lines
         lines += ["eager answers above; with --compiled the exit status answers for the compiled form:", ""]
         lines += format_lines(report.compiled, fail_on, report.db_path)
     else:
-        lines.append(f"exit 1: {len(failing)} (op, dtype) pair(s) at or above --fail-on {fail_on}" if code == 1
-                     else f"exit {code}: nothing at or above --fail-on {fail_on}, but {unknown} (op, dtype) "
-                          "pair(s) rest on no evidence: not a yes" if code == NO_ANSWER_EXIT
-                     else f"exit 0: nothing at or above --fail-on {fail_on}")
+        lines.append(exit_line(report.answers, fail_on, report.exit_code(fail_on)))
     if report.batch_sweep:
         from mpsprobe.modelcheck.batches import format_sweep
         lines += format_sweep(report.batch_sweep)

@@ -5,7 +5,9 @@ The grid: ops as rows, torch versions as columns grouped by device and OS
 (supported, partial, unsupported, unknown) with "k of n dtypes" and the notes
 that matter on hover, the reason of its worst dtype, and hatched when only
 PyTorch's declaration speaks for it. What a device lacks altogether (MPS's
-float64) is a footnote on its columns. The legend: every
+float64) is a footnote on its columns. An "eager | compiled" switch shows the
+compiled layer (grid_q's pass `compiled`), off and "not measured" where no run
+compiled ops. The legend: every
 status and reason kind from mpsprobe.vocabulary, with an example from the
 database.
 """
