@@ -31,7 +31,7 @@ S=$OUT/compiled.txt
 } > "$S"
 start=$(date +%s)
 timeout "$LIMIT" python3 -m mpsprobe run --device "$DEVICE" --passes compiled --samples 1 \
-    --workers "$WORKERS" --compile-timeout 60 ${OPS:+--ops "$OPS"} ${DTYPES:+--dtypes "$DTYPES"} --db "$OUT/compiled.db" \
+    --workers "$WORKERS" --compile-timeout 120 ${OPS:+--ops "$OPS"} ${DTYPES:+--dtypes "$DTYPES"} --db "$OUT/compiled.db" \
     > "$OUT/compiled.log" 2>&1
 echo "exit $? after $(( $(date +%s) - start )) s" >> "$S"
 tail -n 12 "$OUT/compiled.log" >> "$S"
