@@ -19,18 +19,19 @@ WORKERS=${WORKERS:-16}
 LIMIT=${LIMIT:-540}
 OPS=${OPS:-}
 DTYPES=${DTYPES-float32,float16,bfloat16,int64}
-mkdir -p "$OUT"
-export MPSPROBE_CACHE=$PWD/$OUT/cache
+mkdir -p "$OUT/cache"
+CACHE=$(cd "$OUT/cache" && pwd)
+export TORCHINDUCTOR_CACHE_DIR=$CACHE/inductor TRITON_CACHE_DIR=$CACHE/triton
 S=$OUT/compiled.txt
 {
     nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>&1
     python3 -c "import torch, triton; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'triton', triton.__version__)" 2>&1
     echo "cores $(nproc); load $(cut -d' ' -f1-3 /proc/loadavg); $(date -u '+%Y-%m-%d %H:%M UTC')"
-    echo "## compiled pass, dtypes ${DTYPES:-all}, samples 1, $WORKERS workers, limit $LIMIT s, cache $(du -sh "$MPSPROBE_CACHE" 2>/dev/null | cut -f1 || echo empty)"
+    echo "## compiled pass, dtypes ${DTYPES:-all}, samples 1, $WORKERS workers, limit $LIMIT s, cache $(du -sh "$CACHE" | cut -f1)"
 } > "$S"
 start=$(date +%s)
 timeout "$LIMIT" python3 -m mpsprobe run --device "$DEVICE" --passes compiled --samples 1 \
-    --workers "$WORKERS" --compile-timeout 60 ${OPS:+--ops "$OPS"} ${DTYPES:+--dtypes "$DTYPES"} --db "$OUT/compiled.db" \
+    --workers "$WORKERS" --compile-timeout 120 ${OPS:+--ops "$OPS"} ${DTYPES:+--dtypes "$DTYPES"} --db "$OUT/compiled.db" \
     > "$OUT/compiled.log" 2>&1
 echo "exit $? after $(( $(date +%s) - start )) s" >> "$S"
 tail -n 12 "$OUT/compiled.log" >> "$S"
@@ -65,11 +66,11 @@ for row in conn.execute(f"SELECT status, reason_kind, op_id, dtype, error_type, 
                         f"{where} AND status NOT IN ('pass', 'fallback') ORDER BY 1, 2, 3, 4", (run[0],)):
     print("   ", " | ".join(str(x) for x in row))
 PY
-size=$(du -sm "$MPSPROBE_CACHE" 2>/dev/null | cut -f1)
+size=$(du -sm "$CACHE" | cut -f1)
 if [ "${size:-0}" -gt 1024 ]; then
-    rm -rf "$MPSPROBE_CACHE"
+    rm -rf "$CACHE"
     echo "cache ${size} MiB: removed (over 1 GiB)" >> "$S"
 else
-    echo "cache ${size:-0} MiB kept under $MPSPROBE_CACHE" >> "$S"
+    echo "cache ${size:-0} MiB kept under $CACHE" >> "$S"
 fi
 cat "$S"

@@ -29,9 +29,10 @@ each comes from):
 - a backward kernel is missing (softplus_backward, as on MPS for years), and
   another returns gradients off by a factor;
 - under torch.compile (the compiled pass, through `compiler()`): an op Inductor has no
-  lowering for, so the generated code calls the eager kernel (`compiled_no_lowering`), and
-  an op whose generated kernel gives wrong numbers (`compiled_wrong`), an op whose lowering
-  raises, failing the compile (`compiled_broken`), as a new backend's compiler might. Inductor's graph cache is off meanwhile (its key does not see lowerings);
+  lowering for, so the generated code calls the eager kernel (`compiled_no_lowering`), an
+  op whose generated kernel gives wrong numbers (`compiled_wrong`) and an op whose lowering
+  raises, failing the compile (`compiled_broken`), as a new backend's compiler might.
+  Inductor's and AOTAutograd's graph caches are off meanwhile (their keys do not see lowerings);
 - a simulated Mac (`machine: {"chip": "Apple M1", "gpu_cores": 8, "macos": "13.6",
   "virtualized": 0}`): the run records that machine's facts in place of the host's
   (its device name still says test backend, and so does every result), so a fleet
@@ -312,6 +313,7 @@ class FakeMPS(Target):
     @contextlib.contextmanager
     def compiler(self):
         """Inductor as a backend whose compiler lacks a lowering and generates one wrong kernel."""
+        from torch._functorch import config as functorch_config
         from torch._inductor import config as inductor_config, lowering
         saved = dict(lowering.lowerings)
         for overload in _overloads(self.config["compiled_no_lowering"]):
@@ -322,7 +324,8 @@ class FakeMPS(Target):
         for overload in _overloads(self.config["compiled_broken"]):
             lowering.lowerings[overload] = _broken_lowering
         try:
-            with inductor_config.patch(fx_graph_cache=False):
+            # Neither graph cache keys on the lowerings: a real compile cached earlier would hide these faults.
+            with inductor_config.patch(fx_graph_cache=False), functorch_config.patch(enable_autograd_cache=False):
                 yield
         finally:   # an implicit fallback registers itself as a lowering: the table is put back whole
             lowering.lowerings.clear()
