@@ -921,4 +921,11 @@ Reason kinds, with one real message each (as PyTorch words it on MPS):
 - no_gradient (skip): a backward case with nothing to differentiate: "no input of this sample requires grad".
 - probe_fault (skip): mpsprobe's own code failed on the case, its exception kept: "mpsprobe could not judge
   this case: IndexError: ..."; no verdict either way, never counted as the target's bug.
+- compiled_fallback (fallback): the `compiled` pass only: torch.compile left part of the op to eager kernels
+  on the target, a graph break ("graph break: Unsupported Tensor.item() call with capture_scalar_outputs=
+  False") or an op with no lowering ("the compiled form leaves aten::_fft_r2c to eager kernels on the
+  target"); not a CPU fallback.
+- compile_failed (error): the `compiled` pass only: compiling raised where the eager op ran, its exception
+  family kept, e.g. "TorchRuntimeError: RuntimeError when making fake tensor call" (tensor_split, seen
+  with Inductor on CUDA).
 """
