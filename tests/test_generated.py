@@ -113,11 +113,13 @@ def test_random_records_are_judged_by_the_distribution_of_their_draws():
         assert f"aten::{RECORDS[name].reaches[0]}" in result["aten_ops"]
 
 
-def test_generated_records_run_in_a_default_sweep_module_probes_only_by_name():
+def test_generated_records_run_in_a_default_sweep_large_cases_only_by_name():
     catalogue = opinfo.with_module_probes([])
     default = opinfo.list_pairs(None, ["float32"], catalogue)
-    assert {p["source"] for p in default} == {"generated"}
-    assert {p["op"] for p in default} == {n for n, p in RECORDS.items() if torch.float32 in p.dtypes}
+    assert {p["source"] for p in default} == {"generated", "module"}   # no `large`: --large only
+    assert {p["op"] for p in default if p["source"] == "generated"} == {
+        n for n, p in RECORDS.items() if torch.float32 in p.dtypes}
+    assert not [p for p in default if p["op"].startswith("large.")]
     assert {p["dtype"] for p in opinfo.list_pairs(["generated.__lshift__.Scalar"], None, catalogue)} == {
         "int64", "int32", "uint8"}
 
