@@ -150,7 +150,7 @@ class Sweep:
         if cached and not planned:
             self._refuse_no_pairs()
         description_key = None if options.backend else described.key(
-            build, options.device, options.python, options.strict_precision, self.pool.env or os.environ)
+            build, options.device, options.python, options.strict_precision, self.pool.env)
         if cached and self._complete_as_described(described.load(description_key), planned, select):
             return self.env, self.pairs
         self.say("planned from the cached op catalogue; starting the workers (torch) …" if cached else
