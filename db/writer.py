@@ -63,6 +63,17 @@ def _insert(db, table, row):
                f"VALUES ({', '.join('?' for _ in columns)})", [row[c] for c in columns])
 
 
+def complete_pairs(db, run_key):
+    """The (op, dtype) pairs finished by the newest run `run_key` names (the run RunWriter.claim
+    would take), when that run is complete; None otherwise."""
+    newest = list(db.query("SELECT id, state FROM runs WHERE run_key = ? ORDER BY started DESC LIMIT 1",
+                           [run_key]))
+    if not newest or newest[0]["state"] != "complete":
+        return None
+    return {(r["op_id"], r["dtype"]) for r in db.query(
+        "SELECT op_id, dtype FROM pairs_done WHERE run_id = ?", [newest[0]["id"]])}
+
+
 class RunWriter:
     """Records one run. A pair's results are committed together, with the pair's
     end (or sooner: after HOLD_ROWS results or HOLD_S seconds), so a killed run

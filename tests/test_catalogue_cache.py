@@ -166,3 +166,34 @@ def test_pairs_carry_the_passes_each_op_has():
     assert [catalogue.planned_cases(p, 3) for p in found] == [6, 3]
     with pytest.raises(catalogue.CatalogueError, match="unknown op: 'ab' .*did you mean abs"):
         catalogue.pairs(data, ["ab"])
+
+
+@pytest.mark.slow
+def test_a_run_that_changed_after_it_was_found_complete_runs_nothing_under_the_kept_description(
+        warm_cache, tmp_path, monkeypatch):
+    """Found complete with the kept description, then changed before it was claimed (a pair
+    no longer done): its cases would run on the device described anew, and a device that
+    is not the run's is refused rather than recorded under the run."""
+    import sqlite3
+    from mpsprobe.engine.plan import SweepOptions
+    from mpsprobe.engine.sweep import Sweep, SweepError
+    cache, db = tmp_path / "cache", tmp_path / "x.db"
+    shutil.copytree(warm_cache, cache)
+    assert _cli(cache, "run", "--db", db, "--device", "cpu", "--ops", "add", "--dtypes", "float32",
+                "--samples", 1, "--workers", 1, "--no-timing", "--passes", "forward")[0].returncode == 0
+    monkeypatch.setenv("MPSPROBE_CACHE", str(cache))
+    sweep = Sweep(SweepOptions(db_path=str(db), device="cpu", ops=["add"], dtypes=["float32"], samples=1,
+                               timing=False, workers=1, passes=("forward",)))
+    sweep.prepare()
+    assert sweep.described_from_cache and not sweep.pool.workers
+    with sqlite3.connect(db) as conn:
+        conn.execute("DELETE FROM pairs_done")
+    asked = []
+
+    def describe(message, budget=None):
+        asked.append(message["cmd"])
+        return {"env": dict(sweep.env, device_name="another CPU")}
+    monkeypatch.setattr(sweep.pool, "request", describe)
+    with pytest.raises(SweepError, match="no longer the one this run was recorded on"):
+        sweep.open()
+    assert asked == ["describe"]

@@ -10,7 +10,7 @@ from dataclasses import asdict
 
 import mpsprobe
 from mpsprobe.db import schema
-from mpsprobe.db.writer import RunWriter
+from mpsprobe.db.writer import RunWriter, complete_pairs
 from . import described, environment
 from mpsprobe.ops import catalogue
 from mpsprobe.vocabulary import COMPILED
@@ -158,7 +158,7 @@ class Sweep:
         if cached and not planned:
             self._refuse_no_pairs()
         description_key = None if options.backend else described.key(
-            build, options.device, options.python, options.strict_precision, self.pool.env or os.environ)
+            build, options.device, options.python, options.strict_precision, self.pool.env)
         if cached and self._complete_as_described(described.load(description_key), planned, select):
             return self.env, self.pairs
         self.say("planned from the cached op catalogue; starting the workers (torch) …" if cached else
@@ -197,14 +197,11 @@ class Sweep:
         except schema.DatabaseError:
             return False   # one to migrate, or not a database: the usual way says so
         try:
-            newest = list(db.query("SELECT id, state FROM runs WHERE run_key = ? ORDER BY started DESC "
-                                   "LIMIT 1", [run_key(env, options)]))
-            done = {(r["op_id"], r["dtype"]) for r in db.query(
-                "SELECT op_id, dtype FROM pairs_done WHERE run_id = ?", [newest[0]["id"]])} if newest else set()
+            done = complete_pairs(db, run_key(env, options))
         finally:
             db.conn.close()
         # The run claim() will pick: complete, with every planned pair finished.
-        if not newest or newest[0]["state"] != "complete" or any((p["op"], p["dtype"]) not in done for p in pairs):
+        if done is None or any((p["op"], p["dtype"]) not in done for p in pairs):
             return False
         self.env, self.pairs, self.described_from_cache = env, pairs, True
         self.say("already complete in the database (the device as its last description says; no worker started)")
