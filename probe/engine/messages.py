@@ -911,4 +911,9 @@ Reason kinds, with one real message each (as PyTorch words it on MPS):
 - no_gradient (skip): a backward case with nothing to differentiate: "no input of this sample requires grad".
 - probe_fault (skip): mpsprobe's own code failed on the case, its exception kept: "mpsprobe could not judge
   this case: IndexError: ..."; no verdict either way, never counted as the target's bug.
+- compiled_fallback (fallback): a compiled case (`--passes compiled`) whose compiled form left part of the op
+  to eager kernels on the target, named in fallback_ops: a graph break ("aten::nonzero", "graph break: ...")
+  or an op Inductor has no lowering for ("aten::sort.stable"). Not a CPU fallback.
+- compile_failed (error): torch.compile raised while compiling the op for the target, where the eager op ran:
+  "InductorError(LoweringException)", with the compiler's first line.
 """
