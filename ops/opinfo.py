@@ -232,9 +232,15 @@ def _inplace_keyword(op):
 
 
 def compilable(opinfo):
-    """Whether the op has a compiled pass: every op with a forward but the random and
-    uninitialised ones (Inductor draws from its own generator: no value to compare)."""
-    return not is_nondeterministic(op_key(opinfo))
+    """Whether the op has a compiled pass: every OpInfo op with a forward but the random and
+    uninitialised ones (Inductor draws from its own generator: no value to compare).
+
+    Not the other sources: a module probe builds its module, parameters and optimizer inside
+    the call, so compiling it would judge that set-up (its `requires_grad_` and `nn.Parameter`
+    break the graph) rather than the step a user compiles; a generated record calls one aten
+    overload directly, often writing into its arguments, which no user code compiles as such.
+    """
+    return getattr(opinfo, "source", "opinfo") == "opinfo" and not is_nondeterministic(op_key(opinfo))
 
 
 def passes(opinfo, dtype, wanted):

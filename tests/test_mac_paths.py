@@ -266,3 +266,18 @@ def test_an_os_split_names_only_the_os_versions_measured(cpu_db, tmp_path):
     conn.close()
     # macOS 14 was never measured: the note must not say "< 15".
     assert texts and all("unsupported on macOS 13, works on macOS 15" in t and "<" not in t for t in texts)
+
+
+def test_cuda_memory_is_read_in_one_call_of_the_allocator_s_counters(monkeypatch):
+    calls = []
+    nested = {"allocated_bytes": {"all": {"current": 1000, "peak": 4000}, "large_pool": {"current": 7}},
+              "reserved_bytes": {"all": {"current": 8000, "peak": 9000}}}
+
+    def stats(device):
+        calls.append(device)
+        return nested
+    monkeypatch.setattr(torch.cuda.memory, "memory_stats_as_nested_dict", stats)
+    target = Target.__new__(Target)   # no CUDA here: only the device's type matters to memory()
+    target.torch_device = torch.device("cuda", 0)
+    assert target.memory() == {"current_allocated": 1000, "driver_allocated": 8000, "peak_allocated": 4000}
+    assert len(calls) == 1

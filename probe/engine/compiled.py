@@ -83,6 +83,18 @@ def op_name(namespace, name, overload):
     return f"{namespace}::{name}" + ("" if overload == "default" else f".{overload}")
 
 
+def is_view(namespace, name, overload):
+    """Whether the op only makes a view (its schema returns an alias it does not write:
+    `slice.Tensor(Tensor(a) self, ...) -> Tensor(a)`): no kernel runs, nothing is left to eager."""
+    import torch
+    try:
+        schema = getattr(getattr(getattr(torch.ops, namespace), name), overload)._schema
+    except (AttributeError, RuntimeError):
+        return False
+    returns = [r.alias_info for r in schema.returns]
+    return bool(returns) and all(a is not None and not a.is_write for a in returns)
+
+
 def fallback_kernels(codes):
     """(fallback kernels, library kernels) the generated wrapper code calls, each named once."""
     kernels, extern = [], []
@@ -92,8 +104,10 @@ def fallback_kernels(codes):
                 continue   # Inductor's comments name the source graph's ops
             for namespace, name, overload in _KERNEL_CALL.findall(line):
                 found = op_name(namespace, name, overload)
-                # Inductor's own helpers (reinterpret_tensor, its RNG seeds) are not the op's kernels.
-                if namespace != "inductor" and not name.startswith("inductor_") and found not in kernels:
+                # Inductor's own helpers (reinterpret_tensor, its RNG seeds) are not the op's kernels,
+                # and a view (slice, permute, _conj) computes nothing.
+                if namespace != "inductor" and not name.startswith("inductor_") and found not in kernels \
+                        and not is_view(namespace, name, overload):
                     kernels.append(found)
             extern += [f"extern_kernels.{n}" for n in _EXTERN_CALL.findall(line) if f"extern_kernels.{n}" not in extern]
     return kernels, extern
