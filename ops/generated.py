@@ -213,6 +213,8 @@ def _reserve_as_pytorch_makes_it(bound):
                                                   bound["running_var"], True, bound["eps"])
     size = (torch._C._get_cudnn_batch_norm_reserve_space_size(x, True)
             if backend == torch._C._BatchNormBackend.Cudnn else 0)
+    if bound["reserve"].numel() == size:   # the CPU's size: nothing to allocate (nor to record)
+        return bound
     return dict(bound, reserve=torch.empty(size, dtype=torch.uint8, device=x.device))
 
 
