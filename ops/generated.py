@@ -5,8 +5,7 @@ Each record names one aten overload (`all.out`, `__ilshift__.Scalar`,
 `torch.ops.aten.<name>.<overload>` itself, so the aten op a case records is
 that function. Its arguments are filled from the overload's schema: a tensor
 gets a small random tensor of the case's dtype, an out= tensor one sized as
-below, an optional argument None, an argument with a
-default its default; what the schema alone cannot make valid (indices,
+below, an optional argument None, an argument with a default its default; what the schema alone cannot make valid (indices,
 sorted boundaries, shapes that must agree, a grad_output of the forward's
 shape) is given per function in GENERATED, a compact table of overrides.
 
