@@ -44,8 +44,8 @@ EOF
 case " $STEPS " in *" warm "*)
     # Every worker at once, no timing: the kernels are compiled in parallel into CUDA's on-disk
     # cache, which the timed one-worker sweep then reads.
-    echo "## warm-up: forward, samples 1, no timing, $(nproc) workers (figures not kept)" >> "$S"
-    timeout 400 python3 benchmarks/sweep_throughput.py --device "$DEVICE" --samples 1 --timing off \
+    echo "## warm-up: forward, samples 3, no timing, $(nproc) workers (figures not kept)" >> "$S"
+    timeout 400 python3 benchmarks/sweep_throughput.py --device "$DEVICE" --samples 3 --timing off \
         --workers "$(nproc)" > "$OUT/warm.txt" 2> "$OUT/warm.err"
     echo "exit $?" >> "$S"
     tail -n 3 "$OUT/warm.txt" >> "$S"

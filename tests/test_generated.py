@@ -90,6 +90,74 @@ def test_a_kernel_writing_zeros_into_its_out_or_in_place_arguments_is_a_mismatch
     assert _case(probe, probe.dtypes[0], _WritesZeros())["status"] == "mismatch"
 
 
+class _OddResizes(TorchDispatchMode):
+    """Kernels that resize an empty out= tensor otherwise than the CPU: a 2-D answer lands
+    transposed, any other is left empty (the answer is computed into a scratch tensor)."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        outs = [a.name for a in generated._outs(func._schema)] if func._schema.returns else []
+        empty = [n for n in outs if isinstance(kwargs.get(n), torch.Tensor) and kwargs[n].numel() == 0]
+        if func._schema.name.startswith(_MOVES) or not empty:
+            return func(*args, **kwargs)
+        scratch = dict(kwargs, **{n: torch.empty(0, dtype=kwargs[n].dtype) for n in empty})
+        func(*args, **scratch)
+        for n in empty:
+            if scratch[n].dim() == 2:
+                kwargs[n].resize_(scratch[n].shape[::-1]).copy_(scratch[n].t())
+        written = tuple(kwargs[n] if n in kwargs else scratch[n] for n in outs)
+        return written if len(written) > 1 else written[0]
+
+
+class _ResizesOddly(Target):
+    def __init__(self):
+        super().__init__("cpu")
+
+    def context(self):
+        return _OddResizes()
+
+
+OUT_RECORDS = [n for n, p in RECORDS.items() if not p.supports_out and not p.reaches[0].startswith("_fused")
+               and any(a.kwarg_only for a in generated._outs(generated._overload(p.reaches[0])._schema))]
+
+
+def test_the_odd_resizing_target_does_change_what_an_empty_out_receives():
+    out = torch.empty(0)
+    with _OddResizes():
+        torch.ops.aten.nonzero_static.out(torch.ones(3, 4), size=8, out=out.long())
+        torch.ops.aten.hardtanh.out(torch.ones(3, 4, 5), out=out)
+    assert out.shape == (0,)
+    two_d = torch.empty(0)
+    with _OddResizes():
+        torch.ops.aten.hardtanh.out(torch.ones(3, 4), out=two_d)
+    assert two_d.shape == (4, 3)
+
+
+@pytest.mark.parametrize("name", OUT_RECORDS)
+def test_how_a_target_resizes_an_empty_out_changes_no_verdict(name):
+    # Out= tensors are made as the functional form returns them, so a kernel's resizing of an
+    # empty one never comes into play: a target resizing otherwise than the CPU judges the same.
+    probe = RECORDS[name]
+    for dtype in probe.dtypes:
+        assert _case(probe, dtype, _ResizesOddly())["status"] == _case(probe, dtype, Target("cpu"))["status"] == "pass"
+
+
+def test_out_tensors_take_the_shape_and_dtype_the_functional_form_returns():
+    for name, functional in (("generated.nonzero_static.out", torch.ops.aten.nonzero_static.default),
+                             ("generated.binary_cross_entropy_backward.grad_input",
+                              torch.ops.aten.binary_cross_entropy_backward.default)):
+        probe = RECORDS[name]
+        for dtype in probe.dtypes:
+            sample = opinfo.samples(probe, dtype, 1)[0]
+            given = [v for k, v in sample.kwargs.items() if k in ("out", "grad_input")][0]
+            expected = functional(sample.input, *sample.args,
+                                  **{k: v for k, v in sample.kwargs.items() if k not in ("out", "grad_input")})
+            assert (given.shape, given.dtype) == (expected.shape, expected.dtype), (name, dtype)
+    # A factory's out= tensor is in the case's dtype (eye's functional form would give float32).
+    sample = opinfo.samples(RECORDS["generated.eye.m_out"], torch.int64, 1)[0]
+    assert (sample.kwargs["out"].shape, sample.kwargs["out"].dtype) == ((3, 4), torch.int64)
+
+
 def test_what_a_kernel_writes_without_returning_is_the_calls_output():
     # _cummax_helper and _fused_adam_ return nothing: their written arguments are what is compared.
     probe = RECORDS["generated._cummax_helper"]
@@ -168,3 +236,39 @@ def test_a_generated_case_is_counted_under_source_generated(run_cli, tmp_path, r
     assert not left["reached"] and "in-place" not in left["reason"]
     assert "generated.__lshift__.Tensor is written to reach it" in left["reason"]
     assert "no sample is generated" in functions["random_.from"]["reason"]
+
+
+class _Float32Statistics(TorchDispatchMode):
+    """A CUDA-like batch norm: float32 saved statistics for a reduced-precision input (what
+    PyTorch's own decomposition returns off the CPU), optionally with their values off."""
+
+    def __init__(self, shift=0.0):
+        super().__init__()
+        self.shift = shift
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        result = func(*args, **(kwargs or {}))
+        if func is torch.ops.aten._native_batch_norm_legit.no_stats:
+            output, mean, invstd = result
+            return output, mean.float() + self.shift, invstd.float()
+        return result
+
+
+class _Float32StatisticsTarget(Target):
+    def __init__(self, shift=0.0):
+        super().__init__("cpu")
+        self.shift = shift
+
+    def context(self):
+        return _Float32Statistics(self.shift)
+
+
+def test_a_generated_records_auxiliary_outputs_are_its_aten_functions():
+    # Saved statistics are batch norm's auxiliary outputs (engine/auxiliary.py), their dtype each
+    # backend's own: float32 statistics for a bfloat16 input pass, the difference noted.
+    probe = RECORDS["generated._native_batch_norm_legit.no_stats"]
+    result = _case(probe, torch.bfloat16, _Float32StatisticsTarget())
+    assert result["status"] == "pass", result
+    assert "dtype differs" in str(result) and "save_mean (auxiliary)" in str(result)
+    wrong = _case(probe, torch.bfloat16, _Float32StatisticsTarget(shift=1.0))
+    assert "save_mean (auxiliary): values differ" in str(wrong) and "promise broken" in str(wrong)

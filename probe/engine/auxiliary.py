@@ -32,6 +32,8 @@ from dataclasses import dataclass
 
 import torch
 
+from mpsprobe.ops.generated import PREFIX as GENERATED_PREFIX
+
 IGNORE, SHAPE_ONLY, VALUES_IF_BOTH_NONEMPTY, DTYPE_FREE = (
     "ignore", "shape_only", "values_if_both_nonempty", "dtype_free")
 HOW = (IGNORE, SHAPE_ONLY, VALUES_IF_BOTH_NONEMPTY, DTYPE_FREE)
@@ -196,9 +198,11 @@ TIES_NOTE = {
 
 
 def _base(name):
-    """`aten::native_batch_norm`, `aten.native_batch_norm.default` -> `native_batch_norm`."""
+    """`aten::native_batch_norm`, `aten.native_batch_norm.default` -> `native_batch_norm`; a
+    generated record (`generated._native_batch_norm_legit.no_stats`) calls the aten overload it is
+    named after, so its outputs are that function's."""
     name = str(name)
-    for prefix in ("aten::", "aten."):
+    for prefix in ("aten::", "aten.", GENERATED_PREFIX):
         if name.startswith(prefix):
             return name[len(prefix):].split(".")[0]
     return name
