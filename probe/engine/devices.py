@@ -61,7 +61,8 @@ class Target:
         beyond what tensors use (no pair pays for another's memory)."""
         kind = self.torch_device.type
         if kind == "cuda":
-            cached = torch.cuda.memory_reserved(self.torch_device) - torch.cuda.memory_allocated(self.torch_device)
+            counters = self.memory()
+            cached = counters["driver_allocated"] - counters["current_allocated"]
         elif kind == "mps":
             cached = torch.mps.driver_allocated_memory() - torch.mps.current_allocated_memory()
         else:
