@@ -35,6 +35,15 @@ def _rows(db_path, sql, params=()):
 
 # ---------------------------------------------------------------- helpers as fixtures
 
+@pytest.fixture(autouse=True)
+def check_stays_quiet(monkeypatch):
+    """`check` says its step on stderr once an answer takes over 2 s, which a loaded machine
+    reaches at random; the tests read its report, so the line waits an hour here
+    (tests/test_check_capture.py tests the line itself, with its own delays)."""
+    from mpsprobe.modelcheck import progress
+    monkeypatch.setattr(progress, "AFTER_S", 3600.0)
+
+
 @pytest.fixture(scope="session")
 def run_cli():
     """run_cli(*args, env=None): `mpsprobe ARGS` in-process, click's Result."""

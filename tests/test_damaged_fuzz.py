@@ -38,8 +38,8 @@ class StandInPool:
     ENV = {"device": "cpu", "device_name": "CPU", "torch_version": "2.13.0", "os_name": "Linux",
            "hostname": "fuzz"}
 
-    def __init__(self, config=None, size=1, **kwargs):
-        self.size = size
+    def __init__(self, config=None, size=1, env=None, **kwargs):
+        self.size, self.env = size, env
         self.unfinished = []   # no pair left unfinished: there were none to run
 
     def request(self, message, budget=None):

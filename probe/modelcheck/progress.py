@@ -10,7 +10,8 @@ AFTER_S = 2.0
 
 
 class Progress:
-    def __init__(self, say, after=AFTER_S):
+    def __init__(self, say, after=None):
+        after = AFTER_S if after is None else after
         self._say, self._after = say, after
         self._started = time.monotonic()
         self._step = None
