@@ -6,6 +6,7 @@ record them as the compiled form's fallback, a mismatch and a failed compile, wh
 eager forward of each passes. Inductor's real C++ code generation compiles the rest.
 """
 import json
+import os
 from types import SimpleNamespace
 
 import pytest
@@ -107,19 +108,32 @@ def test_a_random_sample_is_not_judged_through_the_compiler():
     assert result["status"] == SKIP and "random" in result["reason"]
 
 
-class _NoTanCompiler(Target):
-    """The CPU, with an Inductor that cannot lower tan (as fake_mps's `compiled_broken`)."""
+class _FaultyCompiler(Target):
+    """The CPU, with Inductor given fake_mps's compiler faults for the ops named."""
+
+    def __init__(self, device, **faults):
+        super().__init__(device)
+        self.faults = dict(dict(compiled_no_lowering=[], compiled_wrong=[], compiled_broken=[]), **faults)
 
     def compiler(self):
         import fake_mps
         target = fake_mps.make_target()
-        target.config = dict(target.config, compiled_no_lowering=[], compiled_wrong=[],
-                             compiled_broken=["aten::tan"])
+        target.config = dict(target.config, **self.faults)
         return target.compiler()
 
 
+def test_a_missing_lowering_is_the_compiled_forms_fallback_even_on_a_ci_runner(monkeypatch):
+    # Inductor raises on an implicit fallback when CI is set: a GitHub runner must not turn it into an error.
+    monkeypatch.setenv("CI", "true")
+    target = _FaultyCompiler("cpu", compiled_no_lowering=["aten::cos"])
+    result = run_compiled_case(torch.cos, torch.float32, SampleInput(torch.randn(3)), target, "cos", timing=False)
+    assert result["status"] == FALLBACK and result["fallback_ops"] == ["aten::cos"], result
+    assert result["reason_kind"] == "compiled_fallback"
+    assert os.environ["CI"] == "true"   # put back after the compile
+
+
 def test_a_compile_error_is_recorded_as_compile_failed_never_as_a_pass():
-    result = run_compiled_case(torch.tan, torch.float32, SampleInput(torch.randn(3)), _NoTanCompiler("cpu"), "tan")
+    result = run_compiled_case(torch.tan, torch.float32, SampleInput(torch.randn(3)), _FaultyCompiler("cpu", compiled_broken=["aten::tan"]), "tan")
     assert result["status"] == ERROR and result["reason_kind"] == "compile_failed", result
     assert "LoweringException" in result["error_type"]   # Inductor's own family, inside its wrapper
     assert "cannot lower" in result["message"]
