@@ -121,10 +121,15 @@ def run_sweep(device="cpu", ops=(), dtypes=(), samples=3, timing=True, workers=1
         run = mpsprobe.probe(list(ops), list(dtypes), device, samples, db_path, timing=timing,
                              workers=workers, shard=shard, timeout=timeout, fresh=True,
                              select=pairs_filter, passes=passes,
-                             on_start=lambda run, todo: marks.setdefault("ready", time.perf_counter()))
+                             on_start=lambda run, todo: marks.setdefault("ready", time.perf_counter()),
+                             on_case=lambda pair, index, result: marks.setdefault("first", time.perf_counter()))
     wall = time.perf_counter() - started
     return {"db": db_path, "state": run.state, "pairs": run.pairs, "cases": run.total,
             "counts": run.counts, "wall_s": wall, "startup_s": marks["ready"] - started,
+            # Until the first case is answered: the worker's imports (OpInfo's database,
+            # which a cached plan no longer needs before the run opens) and the device's
+            # first initialisation, which a sweep pays once whatever its size.
+            "first_case_s": marks.get("first", marks["ready"]) - started,
             "cases_per_s": run.total / wall if wall else float("nan"),
             "env": {k: run.env.get(k) for k in ("torch_version", "device", "device_name")},
             **memory.figures()}

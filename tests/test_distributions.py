@@ -123,6 +123,14 @@ def test_repeated_values_are_caught():
     _mismatch(_check(D.check_uniform, {}, lambda: torch.rand(16, generator=g).repeat(32)), "repetition")
 
 
+def test_a_generator_refilling_one_tensor_in_place_is_judged_on_each_draw():
+    # Draws are kept until the end of the check: each must be its own copy, or every
+    # kept draw would read the last one and a correct generator would fail repetition.
+    buffer = torch.empty(512)
+    refilled = lambda: buffer.normal_(generator=g)  # noqa: E731
+    assert _check(D.check_normal, {"mean": 0.0, "std": 1.0}, refilled).status == PASS
+
+
 def test_uniform_range_and_shape():
     _mismatch(_check(D.check_uniform, {"low": 0.0, "high": 1.0}, lambda: torch.rand(512, generator=g) * 1.01),
               "in [low, high]")

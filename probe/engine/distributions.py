@@ -95,7 +95,10 @@ def _draws(draw, n, max_calls):
     """Call `draw` until `n` values (and at least 2 calls, so repeats across calls show)."""
     parts, total = [], 0
     while (total < n or len(parts) < 2) and len(parts) < max_calls:
-        t = draw().detach().cpu()
+        # Kept on the device and copied to the CPU once: a copy per call would wait for
+        # the device each time (hundreds of waits a case). Cloned, since a draw may hand
+        # back the same tensor each call (an in-place generator).
+        t = draw().detach().clone()
         if t.numel() == 0:
             break
         parts.append(t)
@@ -103,7 +106,7 @@ def _draws(draw, n, max_calls):
     if not parts:
         return None, None
     dtype = parts[0].dtype
-    y = torch.stack([p.to(dtype) for p in parts])
+    y = torch.stack([p.to(dtype) for p in parts]).cpu()
     if y.is_complex():  # each part is judged as a real component
         y = torch.view_as_real(y)
     return y.to(torch.float64).numpy(), dtype
