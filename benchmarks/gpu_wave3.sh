@@ -36,7 +36,8 @@ for row in conn.execute("SELECT pass, status, count(*) FROM results GROUP BY 1, 
     print("  ", *row)
 for row in conn.execute("SELECT pass, status, op_id, dtype, substr(coalesce(reason, message, ''), 1, 140) "
                         "FROM results WHERE status IN ('mismatch', 'error', 'crash', 'timeout') "
-                        "ORDER BY 1, 2, 3 LIMIT 80"):
+                        "ORDER BY CASE status WHEN 'crash' THEN 0 WHEN 'timeout' THEN 1 WHEN 'error' THEN 2 ELSE 3 END, "
+                        "1, 3 LIMIT 80"):
     print("    ", " | ".join(str(x) for x in row))
 EOF
 }
