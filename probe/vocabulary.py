@@ -37,7 +37,7 @@ _STATUSES = (
     Status("timeout", "∞", "#0b5cad", "#d6e9ff", "hangs",
            "The case exceeded its time budget; the worker was killed."),
     Status("crash", "☠", "#ffffff", "#3d1019", "crashes the process",
-           "The worker process died on this case (signal and last stderr lines kept)."),
+           "The worker process died on this case, and again when it ran in another worker (signal and last stderr lines kept)."),
 )
 
 STATUS = {s.name: s for s in _STATUSES}

@@ -45,7 +45,10 @@ check that each such case costs that case alone:
 
 FAULTY (JSON) maps aten op names to a fault, e.g. {"aten::sin": "segfault"};
 with "once_dir": PATH each fault fires on the first case that reaches it
-only (a marker file per aten op), so the rest of the pair must still run.
+only (a marker file per aten op), so the rest of the pair must still run. A
+fault that ends the worker (ENDS_WORKER) fires on that case's second run too:
+the pool runs a case whose worker died once more, in another worker,
+before it charges the death to it. A list (below) fires exactly as listed.
 A list of faults fires its k-th fault the k-th time the op is reached (needs
 once_dir), e.g. {"aten::exp": ["close_fd2", "abort"]}.
 
@@ -140,6 +143,9 @@ def _sleeping_child():
 
 FAULTY_ABORT = "FAULTY: the kernel's assertion failed; aborting"
 EVERY_TIME = {"memory_error"}
+# Faults that end the worker in the case: with once_dir they fire on the case's second run too.
+ENDS_WORKER = {"segfault", "oom", "exit", "sysexit", "keyboard", "base", "close_reply",
+               "fork_segfault", "setsid_segfault", "abort"}
 
 
 def _new_session_sleeper(once_dir):
@@ -224,10 +230,12 @@ class FaultMode(TorchDispatchMode):
         self.faults = faults
         self.once_dir = once_dir
 
-    def _first_time(self, name):
+    def _first_time(self, name, runs=1):
+        """Whether `name` is reached for one of its first `runs` times (always without once_dir)."""
         if not self.once_dir:
             return True
-        return _claim(self.once_dir, name.replace(":", "_"))
+        marker = name.replace(":", "_")
+        return any(_claim(self.once_dir, marker if k == 0 else f"{marker}.run{k}") for k in range(runs))
 
     def _nth_time(self, name):
         """How many times `name` was reached before (counted in once_dir)."""
@@ -243,7 +251,7 @@ class FaultMode(TorchDispatchMode):
             k = self._nth_time(name)
             if k < len(fault):
                 _fire(fault[k], self.once_dir)
-        elif fault and (fault in EVERY_TIME or self._first_time(name)):
+        elif fault and (fault in EVERY_TIME or self._first_time(name, 2 if fault in ENDS_WORKER else 1)):
             _fire(fault, self.once_dir)
         return func(*args, **(kwargs or {}))
 

@@ -5,6 +5,7 @@ one worker, so its pairs run one after another on the same worker; a clean
 sweep of the same ops gives the cases every faulty sweep must still record.
 """
 import json
+import signal
 from pathlib import Path
 
 import pytest
@@ -119,8 +120,8 @@ def test_a_device_check_that_passes_notes_the_results_after_a_hang(tmp_path, run
 def case_faults(tmp_path_factory, run_cli):
     """Faults a case does to its worker's channels and output, then a later case's abort."""
     return _sweep(run_cli, tmp_path_factory.mktemp("case_faults"), {
-        "aten::exp": ["close_fd2", "abort"],        # closes fds 1 and 2; the next case aborts
-        "aten::cos": ["noise", "abort"],            # 64 KiB of junk; the next case aborts
+        "aten::exp": ["close_fd2", "abort", "abort"],  # closes fds 1 and 2; the next case aborts, twice
+        "aten::cos": ["noise", "abort", "abort"],      # 64 KiB of junk; the next case aborts, twice
         "aten::sin": "setsid",                      # a sleeper in a new session
         "aten::neg": "memory_error",                # bytearray(8 TiB)
     })
@@ -158,12 +159,39 @@ def test_a_new_session_process_outlives_no_crashed_worker(tmp_path, run_cli):
     assert gone_soon([int((swept["once"] / "setsid").read_text())])
 
 
+def test_a_death_that_does_not_recur_is_the_run_s_event_not_the_case_s_verdict(tmp_path, run_cli, rows):
+    # sin's first case kills its worker once (a list fires exactly as listed): run again in
+    # another worker it passes, so no crash is charged to it; the death is kept as an event.
+    swept = _sweep(run_cli, tmp_path, {"aten::sin": ["segfault"]}, ops="sin")
+    assert swept["result"].exit_code == 0, swept["result"].output
+    cases = _cases(rows, swept["db"])
+    assert {c["status"] for c in cases.values()} == {PASS}, cases
+    assert "SIGSEGV" in _notes(cases[("sin", 0)])["crash_not_reproduced"]
+    events = rows(swept["db"], "SELECT * FROM run_events")
+    assert [(e["kind"], e["before_op"], e["signal"]) for e in events] == [
+        ("crash_not_reproduced", "sin", signal.SIGSEGV)]
+    assert "ran to pass" in events[0]["detail"]
+    assert [r["state"] for r in rows(swept["db"], "SELECT state FROM runs")] == ["complete"]
+
+
+def test_a_death_that_recurs_is_the_case_s_crash_with_both_deaths_named(tmp_path, run_cli, rows):
+    swept = _sweep(run_cli, tmp_path, {"aten::exp": ["segfault", "abort"]}, ops="exp")
+    assert swept["result"].exit_code == 0, swept["result"].output
+    cases = _cases(rows, swept["db"])
+    crashed = cases[("exp", 0)]
+    # The first death is the recorded evidence; the second, another kind, is named beside it.
+    assert (crashed["status"], crashed["signal"]) == (CRASH, signal.SIGSEGV), crashed
+    assert "SIGABRT" in _notes(crashed)["crashed_again"]
+    assert cases[("exp", 1)]["status"] == PASS
+    assert not rows(swept["db"], "SELECT * FROM run_events")
+
+
 def test_python_s_memory_error_is_out_of_memory(case_faults, rows):
     failed = [c for (op, _), c in _cases(rows, case_faults["db"]).items() if op == "neg"]
     assert failed and all((c["status"], c["reason_kind"]) == (ERROR, "out_of_memory") for c in failed), failed
 
 
 def test_a_keyboard_interrupt_after_fd_2_was_closed_says_so(tmp_path, run_cli, rows):
-    swept = _sweep(run_cli, tmp_path, {"aten::exp": ["close_fd2", "keyboard"]}, ops="exp")
+    swept = _sweep(run_cli, tmp_path, {"aten::exp": ["close_fd2", "keyboard", "keyboard"]}, ops="exp")
     stopped = _cases(rows, swept["db"])[("exp", 1)]
     assert stopped["status"] == CRASH and "exiting on KeyboardInterrupt" in stopped["stderr_tail"], stopped

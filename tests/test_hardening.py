@@ -105,7 +105,9 @@ def test_a_fault_costs_its_own_case_only(faulty_db, op, status, signal_number, r
     assert hit["status"] == status
     assert hit["signal"] == (int(signal_number) if signal_number else None)
     assert reason in (hit["reason"] or "") + (hit["error_type"] or "")
-    # The fault fired once: the pair's next sample ran, in a replacement worker, and passed.
+    # Charged only because the case killed the worker it ran in again (the fault fires twice).
+    assert reason in json.loads(hit["notes"])["crashed_again"]
+    # The fault fired on that case only: the pair's next sample ran, in a replacement worker, and passed.
     assert case(faulty_db, op, 1)["status"] == "pass"
 
 

@@ -438,7 +438,11 @@ class Pool:
                 self._device_failure(pair, "hang" if message.get("hung") else "raised", message["detail"])
         elif kind == "result":
             index = message.pop("index")
-            pair["done"].append(case_key(index, message.get(PASS_COLUMN) or FORWARD, message.get("layout")))
+            key = case_key(index, message.get(PASS_COLUMN) or FORWARD, message.get("layout"))
+            pair["done"].append(key)
+            crashed = pair.get("crashed", {}).pop(key, None)
+            if crashed is not None:
+                message = self._not_reproduced(pair, index, crashed, message)
             on_case(pair, index, worker.sample, self._noted(worker, message))
             worker.index = worker.sample = None
         elif kind == "pair_done":
@@ -456,6 +460,17 @@ class Pool:
                 "error_type": message.get("error_type"), "message": message["message"]})
             on_pair(pair, index + 1)
             self._next_task(worker)
+
+    def _not_reproduced(self, pair, index, crashed, result):
+        """A case whose worker died in it ran to a result when run again first in a fresh
+        worker: one death that did not recur is the run's event, not the case's verdict; the
+        case is recorded as it ran, the death named in its notes."""
+        died = crashed["reason"] + (f": {crashed['message']}" if crashed.get("message") else "")
+        detail = (f"the worker died in case {index} ({died}); run again in another worker process, "
+                  f"the case ran to {result.get('status')}")
+        self._event("crash_not_reproduced", pair, crashed["how"], detail, crashed["lines"],
+                    crashed.get("signal"))
+        return dict(result, notes=dict(result.get("notes") or {}, crash_not_reproduced=died))
 
     def _limit(self, pass_):
         """Seconds a case of `pass_` may take."""
@@ -524,6 +539,7 @@ class Pool:
                          f"{PAIR_ATTEMPTS} times ({why}); the pair is left unfinished and the run "
                          "will not be complete")
             return
+        in_case = index is not None
         if index is None:   # died making a pass's samples: that pass is charged, the others still run
             index, sample = 0, "(sample generation)"
             pair["skip_passes"].append(pass_)
@@ -541,8 +557,24 @@ class Pool:
         result[PASS_COLUMN] = pass_
         if layout:
             result["layout"] = layout
-        pair["done"].append(case_key(index, pass_, layout))
-        on_case(pair, index, sample, self._noted(worker, result))
+        result = self._noted(worker, result)
+        key = case_key(index, pass_, layout)
+        crashed = pair.setdefault("crashed", {})
+        if in_case and not timed_out:
+            if key not in crashed:
+                # A death is charged to a case only when it recurs with the case run again in
+                # another worker process: a process may die of what an earlier case left behind
+                # (a corrupted allocator, a fault the device reports late).
+                crashed[key] = dict(result, how=how, lines=lines)
+                queue.appendleft(pair)
+                self.say(f"{pair['op']} {pair['dtype']}: the worker died in case {index} ({why}); "
+                         "the case runs again in another worker process before the death is charged to it")
+                return
+            # The first death is the evidence recorded; the second confirms it.
+            first = {k: v for k, v in crashed.pop(key).items() if k not in ("how", "lines")}
+            result = dict(first, notes=dict(first.get("notes") or {}, crashed_again=why))
+        pair["done"].append(key)
+        on_case(pair, index, sample, result)
         queue.appendleft(pair)
 
 
