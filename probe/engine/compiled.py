@@ -303,7 +303,7 @@ def _speed_inputs(op, op_key, dtype, sample, target):
     """(eager callable, its arguments on the target, where): the ladder's rung when the op
     has a ladder and the dtype is floating, else the sample itself."""
     import torch
-    from mpsprobe.ops import ladders, samples as sample_tools
+    from mpsprobe.ops import samples as sample_tools
     record = ladder_for(op_key)
     if record is not None and dtype.is_floating_point:
         rungs = [r for r in record.rungs if max(r.largest, r.size) <= SPEED_ELEMENTS]

@@ -205,7 +205,7 @@ class Worker:
     def pair(self, request):
         """Every case of one (op, dtype): each pass asked for, each sample."""
         from mpsprobe.ops import opinfo
-        from mpsprobe.vocabulary import FORWARD, PASSES
+        from mpsprobe.vocabulary import FORWARD
         op = opinfo.find(self.opinfos, request["op"])
         dtype = opinfo.parse_dtype(request["dtype"])
         self.start_pair(request)
