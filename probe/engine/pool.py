@@ -462,15 +462,14 @@ class Pool:
             self._next_task(worker)
 
     def _not_reproduced(self, pair, index, crashed, result):
-        """A case whose worker died in it ran to a result when run again first in a fresh
-        worker: one death that did not recur is the run's event, not the case's verdict; the
-        case is recorded as it ran, the death named in its notes."""
-        died = crashed["reason"] + (f": {crashed['message']}" if crashed.get("message") else "")
-        detail = (f"the worker died in case {index} ({died}); run again in another worker process, "
-                  f"the case ran to {result.get('status')}")
+        """A case whose worker died in it ran to a result when run again in another worker:
+        one death that did not recur is the run's event, not the case's verdict; the case is
+        recorded as it ran, the death named in its notes."""
+        detail = (f"the worker died in case {index} ({crashed['why']}); run again in another worker "
+                  f"process, the case ran to {result.get('status')}")
         self._event("crash_not_reproduced", pair, crashed["how"], detail, crashed["lines"],
-                    crashed.get("signal"))
-        return dict(result, notes=dict(result.get("notes") or {}, crash_not_reproduced=died))
+                    crashed["result"].get("signal"))
+        return dict(result, notes=dict(result.get("notes") or {}, crash_not_reproduced=crashed["why"]))
 
     def _limit(self, pass_):
         """Seconds a case of `pass_` may take."""
@@ -565,13 +564,13 @@ class Pool:
                 # A death is charged to a case only when it recurs with the case run again in
                 # another worker process: a process may die of what an earlier case left behind
                 # (a corrupted allocator, a fault the device reports late).
-                crashed[key] = dict(result, how=how, lines=lines)
+                crashed[key] = {"result": result, "why": why, "how": how, "lines": lines}
                 queue.appendleft(pair)
                 self.say(f"{pair['op']} {pair['dtype']}: the worker died in case {index} ({why}); "
                          "the case runs again in another worker process before the death is charged to it")
                 return
             # The first death is the evidence recorded; the second confirms it.
-            first = {k: v for k, v in crashed.pop(key).items() if k not in ("how", "lines")}
+            first = crashed.pop(key)["result"]
             result = dict(first, notes=dict(first.get("notes") or {}, crashed_again=why))
         pair["done"].append(key)
         on_case(pair, index, sample, result)
