@@ -82,9 +82,16 @@ def test_health_check_times_a_tiny_op_or_gives_up():
     assert time.monotonic() - started < 2
 
 
-@pytest.mark.parametrize("device, expected", [("mps", 1), ("mps:0", 1), ("cuda", 8), ("cpu", 8), ("fake-mps", 8)])
-def test_one_worker_by_default_on_mps(device, expected):
+@pytest.mark.parametrize("device, expected", [("mps", 1), ("mps:0", 1), ("cuda", 4), ("cuda:1", 4), ("cpu", 8), ("fake-mps", 8)])
+def test_default_workers_by_device(device, expected):
     assert sweep.default_workers(device, 8) == expected
+
+
+def test_a_named_cuda_target_starts_a_pool_of_a_few_workers_with_the_cores_shared(tmp_path, monkeypatch):
+    monkeypatch.setattr(os, "cpu_count", lambda: 16)
+    s = sweep.Sweep(sweep.SweepOptions(db_path=str(tmp_path / "x.db"), device="cuda"))
+    assert s.pool.size == sweep.CUDA_WORKERS == 4 and s.config["threads"] == 4
+    assert sweep.Sweep(sweep.SweepOptions(db_path=str(tmp_path / "x.db"), device="cpu")).pool.size == 16
 
 
 def test_the_pool_shrinks_to_one_worker_once_the_device_is_mps(tmp_path):

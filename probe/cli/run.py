@@ -21,7 +21,8 @@ LOG_EVERY_S = 10   # without a terminal, a progress line at most this often
 @click.option("--workers", default=0, type=int,
               help="Worker processes (default: one per CPU core; one on MPS, since a Mac has one GPU and "
                    "each worker holds its own Metal memory there: parallel workers would run each other out "
-                   "of memory and time each other's work. More are allowed.)")
+                   "of memory and time each other's work; at most 4 on CUDA, whose processes take turns on "
+                   "the GPU. More are allowed.)")
 @click.option("--timeout", default=60.0, show_default=True, type=float, help="Seconds one case may take.")
 @click.option("--mps-fallback/--no-mps-fallback", default=False, show_default=True,
               help="Set PYTORCH_ENABLE_MPS_FALLBACK=1 in workers: unimplemented ops fall back instead of failing.")
