@@ -101,3 +101,55 @@ def test_tuple_outputs_and_python_numbers():
     assert not wrong.ok and wrong.reason.startswith("output 1")
     assert compare(3.0, 3.0, 3.0, torch.float32).ok
     assert not compare(3.5, 3.0, 3.0, torch.float32).ok
+
+
+def _bit_identical_cases():
+    """(target, cpu, truth, dtype) where the target holds the CPU's bits exactly."""
+    g = torch.Generator().manual_seed(7)
+    wide = torch.randn(6, 5, generator=g, dtype=torch.float64)
+    cases = []
+    for dtype in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
+        cpu = wide.to(dtype)
+        cases.append((cpu.clone(), cpu, wide, dtype))
+    special = torch.tensor([1.0, float("nan"), float("inf"), -float("inf"), 0.0, -0.0], dtype=torch.float64)
+    cases.append((special.float().clone(), special.float(), special, torch.float32))
+    # Ill-conditioned: the CPU's own float16 error is far beyond the cap.
+    truth = torch.tensor([1e-4, 2.0], dtype=torch.float64)
+    far = torch.tensor([0.5, 2.0], dtype=torch.float16)
+    cases.append((far.clone(), far, truth, torch.float16))
+    # The CPU's answer is zeros where the truth is not (a trivial answer the CPU gave itself).
+    cases.append((torch.zeros(3), torch.zeros(3), torch.tensor([1e-6, -1e-6, 0.0], dtype=torch.float64),
+                  torch.float32))
+    c = torch.complex(wide[:, :2], wide[:, 2:4])
+    cases.append((c.to(torch.complex64).clone(), c.to(torch.complex64), c, torch.complex64))
+    strided = wide.float().t()
+    cases.append((strided.contiguous(), strided, wide.t(), torch.float32))
+    cases.append((torch.empty(0, 3), torch.empty(0, 3), torch.empty(0, 3, dtype=torch.float64), torch.float32))
+    cases.append((wide.float().clone(), wide.float(), None, torch.float32))   # no float64 truth
+    return cases
+
+
+def test_a_target_output_bit_for_bit_the_cpus_gets_the_verdict_of_the_full_comparison(monkeypatch):
+    from mpsprobe.engine import verdict as verdict_module
+
+    def fields(v):
+        return (v.ok, v.undecided, v.reason, v.reason_kind, v.result_fields())
+    shortcut = [fields(compare(t, c, g, dtype)) for t, c, g, dtype in _bit_identical_cases()]
+    assert any(undecided for _, undecided, *_ in shortcut)   # the ill-conditioned case is among them
+    monkeypatch.setattr(verdict_module, "_same_bits", lambda t, c: False)
+    full = [fields(compare(t, c, g, dtype)) for t, c, g, dtype in _bit_identical_cases()]
+    assert shortcut == full
+
+
+def test_outputs_that_differ_only_in_the_sign_of_zero_or_a_nans_bits_are_compared_by_value():
+    from mpsprobe.engine.verdict import _same_bits
+    cpu = torch.tensor([0.0, float("nan"), 1.0])
+    target = cpu.clone()
+    target[0] = -0.0
+    assert not _same_bits(target, cpu) and compare(target, cpu, cpu.double(), torch.float32).ok
+    payload = torch.tensor([0x7FC00001], dtype=torch.int32).view(torch.float32)
+    assert not _same_bits(payload, torch.tensor([float("nan")]))
+    assert compare(payload, torch.tensor([float("nan")]), None, torch.float32).ok
+    wrong = cpu.clone()
+    wrong[2] = 1.5
+    assert not compare(wrong, cpu, cpu.double(), torch.float32).ok
