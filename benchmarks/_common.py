@@ -132,7 +132,13 @@ def run_sweep(device="cpu", ops=(), dtypes=(), samples=3, timing=True, workers=1
             "first_case_s": marks.get("first", marks["ready"]) - started,
             "cases_per_s": run.total / wall if wall else float("nan"),
             "env": {k: run.env.get(k) for k in ("torch_version", "device", "device_name")},
+            "workers": workers or _default_workers(run.env.get("device")),
             **memory.figures()}
+
+
+def _default_workers(device):
+    from mpsprobe.engine.sweep import default_workers
+    return default_workers(device, os.cpu_count())
 
 
 def parse_shard(text):

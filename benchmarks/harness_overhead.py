@@ -20,6 +20,13 @@ bare loop runs with the intra-op threads a probe worker has (cores / workers).
 anything. Goal: a ratio of at most 1.3 for a full sweep. Beside the wall times, the CPU
 seconds each side used (the probe's parent and workers together): under load from other
 work they move far less than wall times do.
+
+--judged makes the bare loop also judge each case with the probe's own code, in process: the
+float64 truth call, the aten recording and the comparison (not the distribution tests of
+random ops). Its time is the least any probe with these verdicts spends, so probe / judged
+bare loop is the cost of isolation, the protocol and the database alone.
+
+    python benchmarks/harness_overhead.py --device cpu --samples 1 --judged --repeat 3
 """
 import argparse
 import json
@@ -50,7 +57,7 @@ def bare(args):
     pairs = [p for p in opinfo.list_pairs(_common.split(args.ops), _common.split(args.dtypes), opinfos)
              if in_shard(p, _common.parse_shard(args.shard))]
     ready = time.perf_counter()
-    sample_s = call_s = 0.0
+    sample_s = call_s = judge_s = 0.0
     cases = failures = 0
     sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (
         torch.mps.synchronize if device.type == "mps" else (lambda: None))
@@ -67,17 +74,43 @@ def bare(args):
         for sample in cases_here:
             cases += 1
             try:
-                inp, rest, kwargs = sample_tools.call_args(sample)
-                op.op(inp, *rest, **kwargs)
-                inp, rest, kwargs = sample_tools.to_device((inp, rest, kwargs), device)
-                op.op(inp, *rest, **kwargs)
+                cpu_args = sample_tools.call_args(sample)
+                cpu_out = _call(op.op, cpu_args)
+                target_out = _call(op.op, sample_tools.to_device(cpu_args, device))
                 sync()
+                if args.judged:
+                    judge_s += _judge(op.op, cpu_args, cpu_out, target_out, opinfo.parse_dtype(pair["dtype"]))
             except Exception:
                 failures += 1
         call_s += time.perf_counter() - t1
     wall = time.perf_counter() - started
     print(json.dumps({"threads": torch.get_num_threads(), "pairs": len(pairs), "cases": cases, "failures": failures, "wall_s": wall,
-                      "startup_s": ready - started, "samples_s": sample_s, "calls_s": call_s}))
+                      "startup_s": ready - started, "samples_s": sample_s, "calls_s": call_s,
+                      "judge_s": judge_s}))
+
+
+def _call(op, args):
+    inp, rest, kwargs = args
+    return op(inp, *rest, **kwargs)
+
+
+def _judge(op, cpu_args, cpu_out, target_out, dtype):
+    """--judged: the seconds of what the probe adds to each case to judge it, in the probe's own
+    code, with none of its isolation or bookkeeping: the float64 truth call, the aten recording
+    (a call of its own) and the comparison."""
+    from mpsprobe.engine.aten import recorded_once
+    from mpsprobe.engine.verdict import compare
+    from mpsprobe.ops import samples as sample_tools
+    started = time.perf_counter()
+    wide = sample_tools.upcast(cpu_args, dtype)
+    truth = _call(op, wide) if wide is not None else None
+
+    def record(recorder):
+        with recorder:
+            _call(op, sample_tools.to_device(cpu_args, "cpu"))
+    recorded_once(None, None, record)
+    compare(target_out, cpu_out, truth, dtype)
+    return time.perf_counter() - started
 
 
 def main():
@@ -90,6 +123,9 @@ def main():
     parser.add_argument("--shard", default=None, help="I/N: only this slice of the pairs")
     parser.add_argument("--repeat", type=int, default=1, help="rounds of bare loop and probe, alternated")
     parser.add_argument("--timing", action="store_true", help="the probe times cases, as `run` does by default")
+    parser.add_argument("--judged", action="store_true",
+                        help="the bare loop also judges each case as the probe does (truth call, aten "
+                             "recording, comparison), in process: the least a probe with these verdicts costs")
     parser.add_argument("--bare", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--threads", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -99,6 +135,8 @@ def main():
     print(_common.machine_line())
     command = [sys.executable, os.path.abspath(__file__), "--bare", "--device", args.device,
                "--samples", str(args.samples), "--ops", args.ops, "--dtypes", args.dtypes]
+    if args.judged:
+        command.append("--judged")
     if args.shard:
         command += ["--shard", args.shard]
     worker_counts = [int(w) for w in _common.split(args.workers)]

@@ -38,6 +38,7 @@ def one(args):
 
 
 def row(args, timing, workers, f):
+    workers = workers or f"default ({f['workers']})"
     return (f"| {args.device} | {args.samples} | {timing} | {workers} | {args.shard or 'all'} "
             f"| {f['pairs']} | {f['cases']} | {f['wall_s']:.1f} | {f['startup_s']:.1f} "
             f"| {f['first_case_s']:.1f} | {f['cases_per_s']:.1f} | {f['parent_peak_mib']:.0f} | {f['worker_peak_mib']:.0f} "
