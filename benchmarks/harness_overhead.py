@@ -149,7 +149,8 @@ def main():
             print(f"round {round_ + 1}: bare loop ({args.device}, samples {args.samples}, shard "
                   f"{args.shard or 'all'}, {b['threads']} threads): {b['pairs']} pairs, {b['cases']} "
                   f"cases in {b['wall_s']:.1f} s = start-up {b['startup_s']:.1f} s + samples "
-                  f"{b['samples_s']:.1f} s + op calls {b['calls_s']:.1f} s ({b['failures']} raised); "
+                  f"{b['samples_s']:.1f} s + op calls {b['calls_s']:.1f} s"
+                  f"{f', judging {j:.1f} s of them' if (j := b.get('judge_s')) else ''} ({b['failures']} raised); "
                   f"load {os.getloadavg()[0]:.2f}", flush=True)
             before = _cpu_s(resource.RUSAGE_SELF) + _cpu_s(resource.RUSAGE_CHILDREN)
             p = _common.run_sweep(device=args.device, ops=_common.split(args.ops),
