@@ -189,6 +189,10 @@ CONFIDENCES = (NEVER_PROBED, OTHER_DTYPES, RELATED_ONLY, FAILING_ONLY, DTYPE_UNS
 # (MPS refuses float64 there): nothing ran on the target.
 REFUSED_AT_TRANSFER = "inputs cannot be moved to the target"
 
+# A worker died in a case, and the case, run again in another worker, ran to a result: the
+# run's event kind, and the key of the case's notes that names the death (the pool's crash rule).
+CRASH_NOT_REPRODUCED = "crash_not_reproduced"
+
 # `check --fail-on LEVEL`: the answers that make it exit 1. Below the level, an
 # unknown answer still keeps the exit status from 0 (NO_ANSWER_EXIT): no evidence is no "yes".
 FAIL_ON = {

@@ -6,11 +6,13 @@ sweep of the same ops gives the cases every faulty sweep must still record.
 """
 import json
 import signal
+import sqlite3
 from pathlib import Path
 
 import pytest
 
-from mpsprobe.vocabulary import CRASH, ERROR, PASS, TIMEOUT
+from mpsprobe.db.query import blame
+from mpsprobe.vocabulary import CRASH, ERROR, OK, PASS, TIMEOUT
 from processes import gone_soon
 
 pytestmark = pytest.mark.slow   # sweeps through the faulty backend, each case crashing or hanging
@@ -172,6 +174,12 @@ def test_a_death_that_does_not_recur_is_the_run_s_event_not_the_case_s_verdict(t
         ("crash_not_reproduced", "sin", signal.SIGSEGV)]
     assert "ran to pass" in events[0]["detail"]
     assert [r["state"] for r in rows(swept["db"], "SELECT state FROM runs")] == ["complete"]
+    # The answer about sin says what it rests on: one of its passes came after a death.
+    with sqlite3.connect(swept["db"]) as conn:
+        run_id = conn.execute("SELECT id FROM runs").fetchone()[0]
+        found = blame.evidence(conn, run_id)
+    klass, status, note = blame.verdict(found[("aten::sin", "float32")])
+    assert (klass, status) == (OK, PASS) and "1 of its case(s) killed a worker once" in note, note
 
 
 def test_a_death_that_recurs_is_the_case_s_crash_with_both_deaths_named(tmp_path, run_cli, rows):

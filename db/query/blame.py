@@ -34,8 +34,9 @@ import statistics
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
-from mpsprobe.vocabulary import (BROKEN, EAGER_PASSES, FAILED, FALLBACK, MISMATCH, OK, PASS, PASS_COLUMN, RAN,
-                                 RANK, REASON_KIND, REFUSED_AT_TRANSFER, SKIP, UNCHECKED, UNKNOWN, UNSUPPORTED)
+from mpsprobe.vocabulary import (BROKEN, CRASH_NOT_REPRODUCED, EAGER_PASSES, FAILED, FALLBACK, MISMATCH, OK,
+                                 PASS, PASS_COLUMN, RAN, RANK, REASON_KIND, REFUSED_AT_TRANSFER, SKIP, UNCHECKED,
+                                 UNKNOWN, UNSUPPORTED)
 from . import rows as _rows
 
 # Reason kinds of a pass that needed a derived allowance (mpsprobe.vocabulary.REASON_KINDS).
@@ -65,6 +66,8 @@ class Evidence:
     # status -> failing cases that ran the op in this dtype and others, failing on it in one
     unsure: Counter = field(default_factory=Counter)
     fell_back: set = field(default_factory=set)     # the ops its fallback cases named (fallback_ops)
+    # cases that ran to their result after a worker died in them once, and not when run again
+    crashed_once: int = 0
 
     @property
     def failures(self):
@@ -80,7 +83,7 @@ class Evidence:
                         self.messages + other.messages, self.kinds + other.kinds,
                         self.min_macos | other.min_macos, self.timings + other.timings,
                         self.allowed + other.allowed, self.unsure + other.unsure,
-                        self.fell_back | other.fell_back)
+                        self.fell_back | other.fell_back, self.crashed_once + other.crashed_once)
 
     def failed(self, why):
         """Keep one failure's (message, reason kind, minimum macOS)."""
@@ -169,6 +172,9 @@ def evidence(conn, run_id, dtypes=None, by_variant=False, passes=EAGER_PASSES):
         at_transfer = status in FAILED and ops and _refuses_its_dtype(r)
         for op, k in each(ops, (lambda op: [dtype]) if at_transfer else own):
             found[k].via.add(r["op_id"])
+        if _crashed_once(r["notes"]):
+            for op, k in each(ops):
+                found[k].crashed_once += 1
         for op, k in each(fell_back, failed_in):
             found[k].blamed[FALLBACK] += 1
             found[k].fell_back.update(fell_back)
@@ -279,11 +285,26 @@ def refused_dtypes(conn, run_id, passes=EAGER_PASSES):
     return found
 
 
+def _crashed_once(notes):
+    """Whether a case's notes say a worker died in it once and not when it ran again (the pool's
+    crash rule): its result is the second run's, which the answer must say it rests on."""
+    return bool(notes) and CRASH_NOT_REPRODUCED in notes and \
+        CRASH_NOT_REPRODUCED in (json.loads(notes) or {})
+
+
 def verdict(ev):
     """(class, status, note) for one op's Evidence; ev None means never probed.
 
     class: ok | unchecked | fallback | mismatch | unsupported | unknown
     """
+    klass, status, note = _verdict(ev)
+    if ev is not None and ev.crashed_once:
+        note += (f"; {ev.crashed_once} of its case(s) killed a worker once and ran to their result "
+                 "in another, where the death did not recur")
+    return klass, status, note
+
+
+def _verdict(ev):
     if ev is None or not ev.via:
         return UNKNOWN, None, "never probed"
     if not (ev.good or ev.unchecked or ev.failures or ev.suspect or ev.input_specific):

@@ -1,7 +1,7 @@
 """Everything the commands print, formatted in one place (lines of text; JSON as is)."""
 import json
 
-from mpsprobe.vocabulary import FORWARD, PASS_COLUMN, STATUSES
+from mpsprobe.vocabulary import CRASH_NOT_REPRODUCED, FORWARD, PASS_COLUMN, STATUSES
 
 
 def as_json(data):
@@ -91,7 +91,7 @@ def event_line(event):
     """One line for a run event (db run_events; pool.Pool's on_event)."""
     what = {"device_check_failed": "the device check after a killed hang failed",
             "worker_lost": "a worker was lost between cases",
-            "crash_not_reproduced": "a worker died in a case that ran to a result in another worker"}.get(event.get("kind"), event.get("kind"))
+            CRASH_NOT_REPRODUCED: "a worker died in a case that ran to a result in another worker"}.get(event.get("kind"), event.get("kind"))
     before = f" (before {event['before_op']} {event['before_dtype']})" if event.get("before_op") else ""
     return f"{what}{before}: {event.get('detail')}"
 

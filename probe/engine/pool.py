@@ -33,7 +33,7 @@ import tempfile
 import time
 
 from mpsprobe.errors import MpsprobeError
-from mpsprobe.vocabulary import COMPILED, CRASH, ERROR, FORWARD, PASS_COLUMN, TIMEOUT
+from mpsprobe.vocabulary import COMPILED, CRASH, CRASH_NOT_REPRODUCED, ERROR, FORWARD, PASS_COLUMN, TIMEOUT
 from . import leftovers
 from .launch import worker_command
 from .plan import case_key, key_index
@@ -467,9 +467,9 @@ class Pool:
         recorded as it ran, the death named in its notes."""
         detail = (f"the worker died in case {index} ({crashed['why']}); run again in another worker "
                   f"process, the case ran to {result.get('status')}")
-        self._event("crash_not_reproduced", pair, crashed["how"], detail, crashed["lines"],
+        self._event(CRASH_NOT_REPRODUCED, pair, crashed["how"], detail, crashed["lines"],
                     crashed["result"].get("signal"))
-        return dict(result, notes=dict(result.get("notes") or {}, crash_not_reproduced=crashed["why"]))
+        return dict(result, notes={**(result.get("notes") or {}), CRASH_NOT_REPRODUCED: crashed["why"]})
 
     def _limit(self, pass_):
         """Seconds a case of `pass_` may take."""
