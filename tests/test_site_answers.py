@@ -7,6 +7,7 @@ records it. No OpInfo, no sweep.
 """
 import asyncio
 import html
+import json
 import re
 
 import pytest
@@ -277,3 +278,20 @@ def test_a_refusal_on_the_op_page_links_to_where_pytorch_says_it(answers_db, tmp
     row = re.search(r"<code><bdi>The operator 'aten::abs\.out'.*?</td>", page, re.S).group(0)
     expected = family.reports[0] if family.reports else "https://github.com/pytorch/pytorch/blob/"
     assert f'<a href="{expected}' in row
+
+
+def test_a_verdict_from_a_case_run_again_after_a_worker_died_says_so_on_the_op_page(answers_db, tmp_path):
+    path, db = _copy(answers_db, tmp_path, "rerun.db")
+    add_run(db, "mps", "mps", "2.13.0", "macOS", "2026-02-01")
+    died = "worker killed by SIGSEGV; 2 lines of stderr"
+    add_result(db, "mps", "add", "float32", "pass", notes=json.dumps({"crash_not_reproduced": died}))
+    # A reason that merely mentions the words is not a death.
+    add_result(db, "mps", "add", "float16", "pass", reason="crash_not_reproduced in prose")
+    db.conn.close()
+    page = html.unescape(get(_site(path), "/-/op/add").text)
+    mps = page[page.index("<h2>On MPS</h2>"):page.index("<h3>Other devices")]
+    title = re.search(r'<span class="st sp-supported" title="torch 2\.13\.0: supported([^"]*)">', mps).group(1)
+    assert "float32: 1 case(s) killed a worker once and ran to this verdict in another" in title
+    assert "float16" not in title
+    clean = html.unescape(get(_site(answers_db), "/-/op/add").text)
+    assert "killed a worker" not in clean

@@ -19,12 +19,13 @@ is the compiler leaving the op to eager on the target, and its note says so.
 worked in every later column, and the last version it worked in before it
 stopped working.
 """
+import json
 from collections import defaultdict
 
-from mpsprobe.db.views import in_list, status_rank, worst_status
+from mpsprobe.db.views import in_list, quoted, status_rank, worst_status
 from mpsprobe.versions import major_version, same_release, sort_key
-from mpsprobe.vocabulary import (COMPILED, FALLBACK, FORWARD, NO_SUPPORT, PARTIAL, PASS_COLUMN, RANK, SKIP, SUPPORTED,
-                                  UNKNOWN_SUPPORT, WORKING, worst)
+from mpsprobe.vocabulary import (COMPILED, CRASH_NOT_REPRODUCED, FALLBACK, FORWARD, NO_SUPPORT, PARTIAL,
+                                  PASS_COLUMN, RANK, SKIP, SUPPORTED, UNKNOWN_SUPPORT, WORKING)
 from . import declared as declared_q, present, rows
 from .blame import COMPILED_FALLBACK, LEFT_TO_EAGER
 from .op import order_dtypes
@@ -121,14 +122,17 @@ def _measured(conn, run_ids, op_like, dtypes, pass_, only=None):
     # With a page of ops, the op index answers (`+run_id`: not the run's whole key range).
     some = f"AND op_id IN ({', '.join('?' for _ in only)})" if only is not None else ""
     in_dtypes, dtype_args = _dtype_clause(dtypes)
-    has_kind = "reason_kind" in {r[1] for r in conn.execute("PRAGMA table_info(results)")}
+    have = {r[1] for r in conn.execute("PRAGMA table_info(results)")}
     # The reason of the worst cases, not of any failing one: "rank|kind|macOS", the highest rank wins.
     why = (f"max(CASE WHEN status NOT IN {in_list(WORKING)} THEN printf('%02d|%s|%s', {status_rank()}, "
-           "coalesce(reason_kind, ''), coalesce(min_macos, '')) END)" if has_kind else "NULL")
+           "coalesce(reason_kind, ''), coalesce(min_macos, '')) END)" if "reason_kind" in have else "NULL")
+    # Cases whose verdict is their second run's, after a worker died in them once (pool's crash rule).
+    reruns = (f"sum(instr(coalesce(notes, ''), {quoted(json.dumps(CRASH_NOT_REPRODUCED))}) > 0)"
+              if "notes" in have else "0")
     found = defaultdict(dict)
     for r in rows(conn, f"""
         SELECT run_id, op_id, dtype, {worst_status()} AS status, count(*) AS n,
-               sum(status IN {in_list(WORKING)}) AS k, {why} AS why
+               sum(status IN {in_list(WORKING)}) AS k, {why} AS why, {reruns} AS reruns
         FROM results WHERE {'+' if only is not None else ''}run_id IN ({', '.join('?' for _ in run_ids)})
           AND {PASS_COLUMN} = ? AND (? = '' OR op_id LIKE ?) {in_dtypes} {some}
         GROUP BY run_id, op_id, dtype""", [*run_ids, pass_, op_like, op_like, *dtype_args,
@@ -227,6 +231,8 @@ def support(by_dtype):
         answer = NO_SUPPORT
     ordered = order_dtypes(by_dtype)
     notes = [n for d in ordered if d in known for n in [_note(d, known[d])] if n]
+    notes += [f"{d}: {n} case(s) killed a worker once and ran to this verdict in another, where the "
+              "death did not recur" for d in ordered if (n := by_dtype[d].get("reruns"))]
     unknown = [d for d in ordered if d not in known]
     if unknown and known:
         notes.append(f"no verdict in {', '.join(unknown)}")
