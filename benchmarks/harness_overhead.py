@@ -21,10 +21,11 @@ anything. Goal: a ratio of at most 1.3 for a full sweep. Beside the wall times, 
 seconds each side used (the probe's parent and workers together): under load from other
 work they move far less than wall times do.
 
---judged makes the bare loop also judge each case with the probe's own code, in process: the
-float64 truth call, the aten recording and the comparison (not the distribution tests of
-random ops). Its time is the least any probe with these verdicts spends, so probe / judged
-bare loop is the cost of isolation, the protocol and the database alone.
+--judged also runs, each round, a bare loop that judges each case with the probe's own code, in
+process: the float64 truth call, the aten recording and the comparison (not the distribution
+tests of random ops). Its time is the least any probe with these verdicts spends: judged / bare
+is what the verdicts cost, probe / judged what isolation, the protocol, the database and the
+distribution tests add.
 
     python benchmarks/harness_overhead.py --device cpu --samples 1 --judged --repeat 3
 """
@@ -135,53 +136,71 @@ def main():
     print(_common.machine_line())
     command = [sys.executable, os.path.abspath(__file__), "--bare", "--device", args.device,
                "--samples", str(args.samples), "--ops", args.ops, "--dtypes", args.dtypes]
-    if args.judged:
-        command.append("--judged")
     if args.shard:
         command += ["--shard", args.shard]
     worker_counts = [int(w) for w in _common.split(args.workers)]
-    bares, probes = [], {w: [] for w in worker_counts}
-    # Bare and probe alternate, so both see the same spells of load from other work.
+    probes = {w: [] for w in worker_counts}
+    # The loops and the probe alternate, so all see the same spells of load from other work.
     for round_ in range(args.repeat):
         for workers in worker_counts:
             b = _bare(command, workers)
-            bares.append(b)
-            print(f"round {round_ + 1}: bare loop ({args.device}, samples {args.samples}, shard "
-                  f"{args.shard or 'all'}, {b['threads']} threads): {b['pairs']} pairs, {b['cases']} "
-                  f"cases in {b['wall_s']:.1f} s = start-up {b['startup_s']:.1f} s + samples "
-                  f"{b['samples_s']:.1f} s + op calls {b['calls_s']:.1f} s"
-                  f"{f', judging {j:.1f} s of them' if (j := b.get('judge_s')) else ''} ({b['failures']} raised); "
-                  f"load {os.getloadavg()[0]:.2f}", flush=True)
+            _say_bare(round_, "bare loop", b, args)
+            j = None
+            if args.judged:
+                j = _bare(command + ["--judged"], workers)
+                _say_bare(round_, "judged bare loop", j, args)
             before = _cpu_s(resource.RUSAGE_SELF) + _cpu_s(resource.RUSAGE_CHILDREN)
             p = _common.run_sweep(device=args.device, ops=_common.split(args.ops),
                                   dtypes=_common.split(args.dtypes), samples=args.samples,
                                   timing=args.timing, workers=workers, shard=_common.parse_shard(args.shard))
             p["cpu_s"] = _cpu_s(resource.RUSAGE_SELF) + _cpu_s(resource.RUSAGE_CHILDREN) - before
             os.remove(p["db"])
-            probes[workers].append((b, p))
+            probes[workers].append((b, j, p))
+            judged = f"; against the judged loop {p['wall_s'] / j['wall_s']:.2f}" if j else ""
             print(f"round {round_ + 1}: probe, {workers} worker(s), timing {'on' if args.timing else 'off'}: "
                   f"{p['cases']} cases in "
                   f"{p['wall_s']:.1f} s (start-up {p['startup_s']:.1f} s, first case at {p['first_case_s']:.1f} s); ratio "
-                  f"{p['wall_s'] / b['wall_s']:.2f}; CPU s bare {b['cpu_s']:.1f}, probe {p['cpu_s']:.1f}, "
+                  f"{p['wall_s'] / b['wall_s']:.2f}{judged}; CPU s bare {b['cpu_s']:.1f}, probe {p['cpu_s']:.1f}, "
                   f"ratio {p['cpu_s'] / b['cpu_s']:.2f}; load {os.getloadavg()[0]:.2f}", flush=True)
     print("| device | samples | shard | workers | cases | rounds | bare s (start-up + samples + op calls) "
           "| probe s (start-up; first case) | probe / bare | after start-up | CPU s bare, probe | CPU probe / bare |"
-          "\n|---|---|---|---|---|---|---|---|---|---|---|---|")
-    for workers, pairs in probes.items():
-        ratios = [p["wall_s"] / b["wall_s"] for b, p in pairs]
+          + (" judged bare s | judged / bare | probe / judged |" if args.judged else "")
+          + "\n|---|---|---|---|---|---|---|---|---|---|---|---|" + ("---|---|---|" if args.judged else ""))
+    for workers, runs in probes.items():
+        ratios = [p["wall_s"] / b["wall_s"] for b, _, p in runs]
         # Start-up apart on both sides alike: the bare loop's ends once OpInfo's database is
         # loaded, the probe's once its first case is answered (its worker loads the database
         # then; the cached plan opens the run before it).
-        steady = [(p["wall_s"] - p["first_case_s"]) / max(1e-9, b["wall_s"] - b["startup_s"]) for b, p in pairs]
-        cpu = [p["cpu_s"] / b["cpu_s"] for b, p in pairs]
-        b = _median_run([b for b, _ in pairs])
-        p = _median_run([p for _, p in pairs])
+        steady = [(p["wall_s"] - p["first_case_s"]) / max(1e-9, b["wall_s"] - b["startup_s"]) for b, _, p in runs]
+        cpu = [p["cpu_s"] / b["cpu_s"] for b, _, p in runs]
+        b = _median_run([b for b, _, _ in runs])
+        p = _median_run([p for _, _, p in runs])
+        judged = ""
+        if args.judged:
+            j = _median_run([j for _, j, _ in runs])
+            costs = [j["wall_s"] / b["wall_s"] for b, j, _ in runs]
+            against = [p["wall_s"] / j["wall_s"] for _, j, p in runs]
+            judged = (f" {j['wall_s']:.1f} ({j['startup_s']:.1f} + {j['samples_s']:.1f} + {j['calls_s']:.1f}, "
+                      f"judging {j['judge_s']:.1f}) | {_spread(costs)} | **{_spread(against)}** |")
         print(f"| {args.device} | {args.samples} | {args.shard or 'all'} | {workers} | {p['cases']} "
-              f"| {len(pairs)} | {b['wall_s']:.1f} ({b['startup_s']:.1f} + {b['samples_s']:.1f} + "
+              f"| {len(runs)} | {b['wall_s']:.1f} ({b['startup_s']:.1f} + {b['samples_s']:.1f} + "
               f"{b['calls_s']:.1f}) | {p['wall_s']:.1f} ({p['startup_s']:.1f}; {p['first_case_s']:.1f}) "
-              f"| **{statistics.median(ratios):.2f}** ({min(ratios):.2f}–{max(ratios):.2f}) "
-              f"| {statistics.median(steady):.2f} | {b['cpu_s']:.1f}, {p['cpu_s']:.1f} "
-              f"| {statistics.median(cpu):.2f} ({min(cpu):.2f}–{max(cpu):.2f}) |", flush=True)
+              f"| **{_spread(ratios)}** | {statistics.median(steady):.2f} | {b['cpu_s']:.1f}, {p['cpu_s']:.1f} "
+              f"| {_spread(cpu)} |{judged}", flush=True)
+
+
+def _spread(values):
+    """A median and its range: "1.44 (1.40–1.65)"."""
+    return f"{statistics.median(values):.2f} ({min(values):.2f}–{max(values):.2f})"
+
+
+def _say_bare(round_, name, b, args):
+    judging = f", judging {b['judge_s']:.1f} s of them" if b.get("judge_s") else ""
+    print(f"round {round_ + 1}: {name} ({args.device}, samples {args.samples}, shard "
+          f"{args.shard or 'all'}, {b['threads']} threads): {b['pairs']} pairs, {b['cases']} "
+          f"cases in {b['wall_s']:.1f} s = start-up {b['startup_s']:.1f} s + samples "
+          f"{b['samples_s']:.1f} s + op calls {b['calls_s']:.1f} s{judging} ({b['failures']} raised); "
+          f"load {os.getloadavg()[0]:.2f}", flush=True)
 
 
 def _bare(command, workers):
@@ -202,6 +221,7 @@ def _cpu_s(who):
 def _median_run(runs):
     """The run of median wall time."""
     return sorted(runs, key=lambda r: r["wall_s"])[len(runs) // 2]
+
 
 if __name__ == "__main__":
     main()
