@@ -23,7 +23,7 @@ class SweepOptions:
     dtypes: list = field(default_factory=list)
     samples: int = 3
     timing: bool = True
-    workers: int = 0              # 0: one per CPU core
+    workers: int = 0              # 0: the device's default (sweep.default_workers)
     timeout: float = 60.0
     mps_fallback: bool = False    # set PYTORCH_ENABLE_MPS_FALLBACK=1 in workers
     shard: tuple = None           # (i, n), 1-based
@@ -63,7 +63,7 @@ class SweepOptions:
             raise PlanError(f"--passes takes some of {','.join(PASSES)} (got {','.join(self.passes) or 'none'})")
         self.passes = tuple(p for p in PASSES if p in self.passes)
         if not isinstance(self.workers, int) or self.workers < 0:
-            raise PlanError(f"--workers must be at least 1, or 0 for one per CPU core (got {self.workers})")
+            raise PlanError(f"--workers must be at least 1, or 0 for the device's default (got {self.workers})")
 
 
 def refuse_unknown_names(options):
