@@ -101,8 +101,9 @@ def default_workers(device, cpu_count):
     return max(1, cpu_count or 1)
 
 
-# On an H200, every pass over a quarter of the catalogue took 30 s on 4 workers, 29 s on 8,
-# 45 s on 16 and 61 s on 2; 4 workers held 11 GB of GPU memory, 16 held 32 GB.
+# On an H200, every pass over a quarter of the catalogue took 18-19 s after the first case on
+# 4 workers, 17 s on 8, 25 s on 16 and 49 s on 2; 4 workers held 11 GB of GPU memory, 8 held
+# 19 GB and 16 held 32 GB: 8 would not fit a 24 GB card.
 CUDA_WORKERS = 4
 
 
