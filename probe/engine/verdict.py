@@ -161,9 +161,14 @@ def _compare_identical(verdict, where, c, g):
     verdict.worst("max_rel_err", rel_err)
     verdict.worst("ref_abs_err", abs_err)
     if ratio > max(1.0, min(verdict.factor * ratio, cap(dtype))):
-        verdict.cannot_tell(
-            f"{where}: ill-conditioned in {str(dtype).replace('torch.', '')}: the CPU's own "
-            f"error ({abs_err:.3g}) is beyond the cap, and the target's ({abs_err:.3g}) within it")
+        _ill_conditioned(verdict, where, dtype, abs_err, abs_err)
+
+
+def _ill_conditioned(verdict, where, dtype, abs_c, abs_t):
+    """Neither pass nor mismatch: the CPU's own error is beyond the cap, the target's within FACTOR of it."""
+    verdict.cannot_tell(
+        f"{where}: ill-conditioned in {str(dtype).replace('torch.', '')}: the CPU's own "
+        f"error ({abs_c:.3g}) is beyond the cap, and the target's ({abs_t:.3g}) within it")
 
 
 def _compare_floating(verdict, where, t, c, g, trivial=(), mode=None):
@@ -222,9 +227,7 @@ def _compare_floating(verdict, where, t, c, g, trivial=(), mode=None):
             return verdict.fail(f"{where}: equals {guessed}, which is wrong here "
                                 f"({ratio_t:.3g}× the floors, allowed {bound:.3g}×)", TRIVIAL)
         if ratio_t <= widened:
-            return verdict.cannot_tell(
-                f"{where}: ill-conditioned in {str(dtype).replace('torch.', '')}: the CPU's own "
-                f"error ({abs_c:.3g}) is beyond the cap, and the target's ({abs_t:.3g}) within it")
+            return _ill_conditioned(verdict, where, dtype, abs_c, abs_t)
         text = (f"{where}: max abs error {abs_t:.3g} (CPU's own: {abs_c:.3g}), "
                 f"{ratio_t:.3g}× the floors, allowed {bound:.3g}×")
         if extra is not None and mode[0].mode.family == SUMMATION:
